@@ -1,0 +1,65 @@
+// Package queue is comfypool's portable job queue: the [Driver] interface
+// that storage adapters implement, and the [Queue] type that applications
+// (the pool) use on top of a driver.
+//
+// API is not stable before v1: [Driver] will be frozen then and extended only
+// through optional interfaces such as [Notifier] and [SpaceNotifier].
+//
+// # Model
+//
+// A job carries an opaque Payload (the pool stores the workflow and its
+// options), Metadata, a Priority (higher runs first; equal priorities run in
+// enqueue order), the Workflow it runs (a structure hash) and the capability
+// tags it Requires. A backend asks for work with [Queue.Lease], declaring the
+// workflows it accepts and its tags; it gets the best eligible job under a
+// lease token valid for a duration, keeps the lease alive with
+// [Queue.Extend], and ends it with [Queue.Complete], [Queue.Fail] (counts an
+// attempt; retried after FailParams.RetryAfter, or dead-lettered once
+// MaxAttempts are used up) or [Queue.Requeue] (no attempt counted: the
+// backend vanished or the pool is stopping). [Queue.Cancel] may end a job in
+// any unfinished state.
+//
+// An expired lease returns the job to the queue by itself and counts an
+// attempt, as River and asynq do: a lessee that stopped heartbeating may have
+// crashed on the job, and counting guarantees a poison job ends up dead
+// instead of looping. Explicit Requeue is the way to give a job back without
+// cost. The holder of an expired, cancelled or otherwise void lease gets
+// [ErrLeaseLost] from every token operation and must stop working on the job.
+//
+// Drivers never retry on their own; the pool decides what to do with a
+// failure.
+//
+//	q := queue.New(driver) // e.g. memqueue.New(nil)
+//	defer q.Close()
+//	job, err := q.Enqueue(ctx, queue.EnqueueParams{Priority: 1, Payload: p, Workflow: hash})
+//	...
+//	job, err = q.Lease(ctx, queue.LeaseParams{Backend: "gpu-1", Workflows: nil, Tags: []string{"sdxl"}, Duration: time.Minute})
+//	if job != nil {
+//		_, err = q.Complete(ctx, job.ID, job.LeaseToken, result)
+//	}
+//
+// # Event-driven dispatch and back-pressure
+//
+// A driver implementing [Notifier] signals through [Queue.Ready] whenever a
+// job may have become leasable (enqueue, requeue, retry delay elapsed, lease
+// expired), so a dispatcher never polls. A driver bounded by a capacity
+// returns a [*FullError] from Enqueue; [Queue.EnqueueWait] instead waits for
+// room when the driver implements [SpaceNotifier].
+//
+// # Errors
+//
+// Conditions to branch on are sentinels tested with errors.Is:
+// [ErrNotFound], [ErrDuplicate] (a [*DuplicateError] carries the existing
+// job's ID), [ErrQueueFull] ([*FullError]), [ErrLeaseLost], [ErrInvalidState],
+// [ErrClosed], [ErrInvalid] (bad arguments).
+//
+// # Writing a driver
+//
+// Implement [Driver] (see its documentation for what [Queue] guarantees and
+// what the driver must honour) and run the conformance suite from one test
+// file, as memqueue does:
+//
+//	func TestConformance(t *testing.T) {
+//		queuetest.RunConformanceTests(t, queuetest.Harness{NewDriver: ..., Advance: ...})
+//	}
+package queue

@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is what a queue adapter implements (in-memory: memqueue; PostgreSQL
+// and Redis adapters live in their own modules). Application code uses
+// [Queue], which validates and normalises arguments, checks the context and
+// the closed state, and then calls the driver; so a driver may assume:
+//
+//   - IDs and tokens are non-empty; durations are positive where required;
+//   - EnqueueParams.MaxAttempts >= 1 and Requires is sorted and deduplicated
+//     with no empty tag;
+//   - LeaseParams.Workflows is nil (any) or non-empty and deduplicated,
+//     LeaseParams.Tags is deduplicated, Backend is non-empty;
+//   - params are not retained by the caller after the call (but the driver
+//     must copy slices and maps it keeps, and return fresh copies of jobs).
+//
+// Semantics every driver must honour (the queuetest conformance suite checks
+// them):
+//
+//   - Lease returns the best eligible job: highest Priority, then oldest
+//     EnqueuedAt, then lowest enqueue sequence; eligible means queued (or
+//     retrying with AvailableAt <= now), Workflow in LeaseParams.Workflows
+//     (unless nil) and Requires ⊆ Tags. It returns (nil, nil) when none.
+//     Concurrent Lease calls never return the same job.
+//   - A lease whose LeaseExpiresAt has passed is void: the job counts an
+//     attempt (a lessee that vanished may have crashed on it) and is queued
+//     again (or dead when attempts are used up); the old token gets
+//     ErrLeaseLost. Drivers apply this lazily on every call and/or on a timer.
+//   - Fail counts an attempt; Requeue does not and keeps priority and age.
+//   - Token operations with a token that is not the job's current lease
+//     return ErrLeaseLost; unknown IDs return ErrNotFound.
+//   - Drivers never retry on their own; errors from the backing store are
+//     returned (wrapped) to the caller.
+//
+// Data crossing the interface is plain data (no callbacks), so a database
+// adapter can evaluate everything in a query. Implementations must be safe
+// for concurrent use. This interface is not frozen before v1; it will then be
+// extended only through optional interfaces such as [Notifier].
+type Driver interface {
+	// Enqueue stores a new job in state queued and returns it. It returns a
+	// *FullError at capacity and a *DuplicateError for a used idempotency key.
+	Enqueue(ctx context.Context, p *EnqueueParams) (*Job, error)
+	// Lease leases the best eligible job for d (see above), or returns nil, nil.
+	Lease(ctx context.Context, p *LeaseParams) (*Job, error)
+	// Extend sets the lease's expiry to now+d (heartbeat).
+	Extend(ctx context.Context, id, token string, d time.Duration) (*Job, error)
+	// Complete marks the leased job completed with result and counts the attempt.
+	Complete(ctx context.Context, id, token string, result []byte) (*Job, error)
+	// Fail counts an attempt and makes the job retrying (RetryAfter > 0),
+	// queued (RetryAfter == 0) or dead (attempts used up, or NoRetry).
+	Fail(ctx context.Context, id, token string, p *FailParams) (*Job, error)
+	// Requeue returns the leased job to the queue at once without counting
+	// an attempt.
+	Requeue(ctx context.Context, id, token string) (*Job, error)
+	// Cancel cancels a queued, retrying or leased job (voiding the lease).
+	// Cancelling a cancelled job returns it unchanged; a completed or dead
+	// job gives ErrInvalidState.
+	Cancel(ctx context.Context, id string) (*Job, error)
+	// Get returns the job.
+	Get(ctx context.Context, id string) (*Job, error)
+	// Stats returns counters.
+	Stats(ctx context.Context) (*Stats, error)
+	// Close releases the driver's resources; later calls return ErrClosed.
+	Close() error
+}
+
+// Notifier is an optional Driver interface for event-driven dispatch.
+type Notifier interface {
+	// Ready returns a 1-buffered channel that receives a value (coalesced)
+	// whenever a job may have become leasable: an enqueue, a requeue, a
+	// retry delay elapsing, a lease expiring, a cancel. Wake-ups may be
+	// spurious; after one, lease until Lease returns nil. The channel is
+	// meant for a single consumer and is never closed.
+	Ready() <-chan struct{}
+}
+
+// SpaceNotifier is an optional Driver interface used by [Queue.EnqueueWait].
+type SpaceNotifier interface {
+	// SpaceAvailable returns a channel that is closed the next time capacity
+	// may have been freed (a job finished or was cancelled) after the call.
+	// Every waiter gets the broadcast.
+	SpaceAvailable() <-chan struct{}
+}

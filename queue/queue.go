@@ -1,0 +1,252 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Queue is the portable job queue over a [Driver]. It validates and
+// normalises arguments, checks the context and the closed state in one place
+// and then calls the driver. It never retries: the caller (the pool) decides.
+//
+// A Queue is safe for concurrent use by multiple goroutines.
+type Queue struct {
+	d         Driver
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
+}
+
+// New returns a Queue over d. The Queue owns d: [Queue.Close] closes it.
+func New(d Driver) *Queue {
+	return &Queue{d: d, closed: make(chan struct{})}
+}
+
+// Driver returns the underlying driver, for driver-specific calls.
+func (q *Queue) Driver() Driver { return q.d }
+
+func (q *Queue) check(ctx context.Context) error {
+	select {
+	case <-q.closed:
+		return ErrClosed
+	default:
+	}
+	return ctx.Err()
+}
+
+// normalizeEnqueue validates p and returns the copy drivers receive.
+func normalizeEnqueue(p EnqueueParams) (*EnqueueParams, error) {
+	if p.MaxAttempts < 0 {
+		return nil, invalidf("EnqueueParams.MaxAttempts cannot be negative")
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if slices.Contains(p.Requires, "") {
+		return nil, invalidf("EnqueueParams.Requires cannot contain an empty tag")
+	}
+	p.Requires = sortedSet(p.Requires)
+	return &p, nil
+}
+
+func sortedSet(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return slices.Compact(c)
+}
+
+// Enqueue adds a job and returns it (state queued). It does not block on a
+// full queue: it returns a *FullError (errors.Is ErrQueueFull). A used
+// idempotency key gives a *DuplicateError carrying the existing job's ID.
+func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	np, err := normalizeEnqueue(p)
+	if err != nil {
+		return nil, err
+	}
+	return q.d.Enqueue(ctx, np)
+}
+
+// EnqueueWait is Enqueue, but when the queue is full it waits until there is
+// room, ctx ends (returning ctx's error) or the Queue is closed (ErrClosed).
+// It needs a driver implementing [SpaceNotifier]; with other drivers it
+// behaves like Enqueue. Waiters are woken by capacity changes, not by polling.
+func (q *Queue) EnqueueWait(ctx context.Context, p EnqueueParams) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	np, err := normalizeEnqueue(p)
+	if err != nil {
+		return nil, err
+	}
+	sn, _ := q.d.(SpaceNotifier)
+	for {
+		var space <-chan struct{}
+		if sn != nil {
+			space = sn.SpaceAvailable() // before Enqueue, so no wake-up is missed
+		}
+		j, err := q.d.Enqueue(ctx, np)
+		if sn == nil || !errors.Is(err, ErrQueueFull) {
+			return j, err
+		}
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("queue: enqueue wait: %w", context.Cause(ctx))
+		case <-q.closed:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Lease leases the best job the backend may run (highest priority, then
+// oldest, among jobs whose Workflow is in p.Workflows (nil: any) and whose
+// Requires ⊆ p.Tags), or returns nil, nil when there is none. It does not
+// wait: use [Queue.Ready] to learn when to try again.
+func (q *Queue) Lease(ctx context.Context, p LeaseParams) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if p.Backend == "" {
+		return nil, invalidf("LeaseParams.Backend is required")
+	}
+	if p.Duration <= 0 {
+		return nil, invalidf("LeaseParams.Duration must be positive")
+	}
+	if p.Workflows != nil {
+		if len(p.Workflows) == 0 {
+			return nil, nil
+		}
+		p.Workflows = sortedSet(p.Workflows)
+	}
+	p.Tags = sortedSet(p.Tags)
+	return q.d.Lease(ctx, &p)
+}
+
+func checkIDToken(id, token string) error {
+	if id == "" {
+		return invalidf("job ID is required")
+	}
+	if token == "" {
+		return invalidf("lease token is required")
+	}
+	return nil
+}
+
+// Extend renews the lease to expire d from now (heartbeat). It returns
+// ErrLeaseLost if the lease is no longer held.
+func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkIDToken(id, token); err != nil {
+		return nil, err
+	}
+	if d <= 0 {
+		return nil, invalidf("lease duration must be positive")
+	}
+	return q.d.Extend(ctx, id, token, d)
+}
+
+// Complete marks the leased job completed, storing result. It returns
+// ErrLeaseLost if the lease is no longer held (expired, cancelled, ...).
+func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkIDToken(id, token); err != nil {
+		return nil, err
+	}
+	return q.d.Complete(ctx, id, token, result)
+}
+
+// Fail records a failed attempt (counting it) and returns the job: retrying
+// (until RetryAfter has passed), queued (RetryAfter zero) or dead (attempts
+// used up, or NoRetry). It returns ErrLeaseLost if the lease is no longer held.
+func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkIDToken(id, token); err != nil {
+		return nil, err
+	}
+	if p.RetryAfter < 0 {
+		return nil, invalidf("FailParams.RetryAfter cannot be negative")
+	}
+	return q.d.Fail(ctx, id, token, &p)
+}
+
+// Requeue gives the leased job back without counting an attempt (the backend
+// vanished, the pool is stopping): it is queued at once with its priority and
+// original age. It returns ErrLeaseLost if the lease is no longer held.
+func (q *Queue) Requeue(ctx context.Context, id, token string) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkIDToken(id, token); err != nil {
+		return nil, err
+	}
+	return q.d.Requeue(ctx, id, token)
+}
+
+// Cancel cancels a queued, retrying or leased job. A leased job's lease is
+// voided: the holder's next Extend/Complete/Fail/Requeue returns
+// ErrLeaseLost (and Get shows the job cancelled). Cancelling a cancelled job
+// returns it unchanged; a completed or dead job gives ErrInvalidState.
+func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalidf("job ID is required")
+	}
+	return q.d.Cancel(ctx, id)
+}
+
+// Get returns a snapshot of the job, or ErrNotFound.
+func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalidf("job ID is required")
+	}
+	return q.d.Get(ctx, id)
+}
+
+// Stats returns a snapshot of the queue's counters.
+func (q *Queue) Stats(ctx context.Context) (*Stats, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	return q.d.Stats(ctx)
+}
+
+// Ready returns the driver's readiness channel (see [Notifier]), or nil if
+// the driver does not implement Notifier; the caller must then poll.
+func (q *Queue) Ready() <-chan struct{} {
+	if n, ok := q.d.(Notifier); ok {
+		return n.Ready()
+	}
+	return nil
+}
+
+// Close closes the Queue and its driver. Later calls return ErrClosed and
+// blocked EnqueueWait calls return ErrClosed. Close is idempotent and returns
+// the driver's Close error.
+func (q *Queue) Close() error {
+	q.closeOnce.Do(func() {
+		close(q.closed)
+		q.closeErr = q.d.Close()
+	})
+	return q.closeErr
+}

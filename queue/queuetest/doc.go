@@ -1,0 +1,19 @@
+// Package queuetest is the conformance suite every [queue.Driver] runs, in
+// the manner of go-cloud's drivertest and River's riverdrivertest.
+//
+// A driver wires it up in one test file:
+//
+//	func TestConformance(t *testing.T) {
+//		queuetest.RunConformanceTests(t, queuetest.Harness{
+//			NewDriver: func(t *testing.T) queue.Driver { ... },
+//			Synctest:  true, // in-memory drivers: fake time via testing/synctest
+//		})
+//	}
+//
+// Time-dependent checks (lease expiry, heartbeats, retry delays, queue age)
+// need a way to move time. Drivers that use only the time package and no real
+// I/O set [Harness].Synctest: every subtest runs inside synctest.Test and
+// time moves with time.Sleep. Drivers that talk to a database cannot run in a
+// bubble; they inject a clock and provide [Harness].Advance. Without either,
+// those subtests are skipped (reported with t.Skip), never silently passed.
+package queuetest
