@@ -1,0 +1,24 @@
+// Package failover decides which ComfyUI backends may run which workflows
+// after failures.
+//
+// Failures are tracked per (backend, workflow) pair, where the workflow is
+// identified by its structure hash (package hash): a backend that cannot
+// run one workflow (a missing model, a crashing custom node) is still used
+// for the others. [SmartFailover], the default [Strategy], blocks a pair
+// after [Config.MaxFailuresBeforeBlock] consecutive backend failures for a
+// cooldown ([Config.Cooldown], optionally growing with repeated blocks), and
+// lifts the block by itself when the cooldown ends, emitting
+// [EventUnblocked] at that moment so that a dispatcher waiting on the pair
+// wakes without polling. A success clears the pair.
+//
+// Only the backend's faults count. [Classify] sorts an error into
+// [ClassBackend] (HTTP 5xx, disconnects, timeouts, a lost prompt, a
+// validation error naming a model or node this server lacks),
+// [ClassWorkflow] (a validation error or node error that every backend
+// would report: the job fails, nobody is blocked) and [ClassCancelled].
+//
+// # Events
+//
+// [Config.OnEvent] receives [EventBlocked] and [EventUnblocked]. It is
+// called synchronously and must not block.
+package failover
