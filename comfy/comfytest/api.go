@@ -1,0 +1,113 @@
+package comfytest
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Options configures the fake server. A nil *Options means defaults. The
+// server copies the Options; it never mutates them.
+type Options struct {
+	// Nodes adds or overrides node classes by class_type; merged over the
+	// built-in registry (see Builtins).
+	Nodes map[string]NodeBehavior
+	// Dialect selects older or newer protocol behaviours. The zero value is
+	// ComfyUI 0.3.64 as in the golden transcripts.
+	Dialect Dialect
+	// HistoryDelay is the delay between sending execution_success and writing
+	// the history entry (then status, then executing null). Default 0; even
+	// then execution_success is always sent before the history write.
+	HistoryDelay time.Duration
+	// Logger receives debug logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Dialect switches protocol details that changed across ComfyUI versions.
+// The zero value is ComfyUI 0.3.64.
+type Dialect struct {
+	IgnorePromptID      bool // server older than 0.3.45: ignores client prompt_id, mints its own uuid4
+	RequireUUIDPromptID bool // 2026 master: 400 invalid_prompt_id unless canonical lowercase UUID
+	NoExecutionSuccess  bool // before 2024-07: no execution_success; completion only via executing{node:null}; no timestamps
+	NoDisplayNode       bool // before 2024-08: executing has no display_node
+	NoProgressState     bool // before 2025-07: no progress_state messages
+	NoCachedExecuted    bool // before 2024-08: a cached run sends no executed
+	GlobalInterruptOnly bool // before 0.3.57: /interrupt ignores the body's prompt_id -> global interrupt
+	NoFeatures          bool // before 0.3.45: GET /features 404, no feature_flags reply on WS
+	NoAPIPrefix         bool // before 2024-06: /api/... routes 404
+}
+
+// NodeBehavior describes how a fake node class validates and runs.
+type NodeBehavior struct {
+	// Inputs are the declared inputs, used for validation and /object_info;
+	// nil accepts anything.
+	Inputs []InputSpec
+	// Outputs are the output type names, e.g. {"IMAGE"}.
+	Outputs []string
+	// OutputNode marks an output node (SaveImage-like); a prompt needs at
+	// least one.
+	OutputNode bool
+	// Duration is the run time of the node (time.Timer based, so fake time
+	// inside a synctest bubble).
+	Duration time.Duration
+	// ProgressSteps emits this many progress (+progress_state) updates spread
+	// over Duration.
+	ProgressSteps int
+	// Previews emits this many binary preview frames (type 1, or type 4 for
+	// sockets that sent supports_preview_metadata).
+	Previews int
+	// PreviewBytes is the size of each preview image payload (default: a
+	// small JPEG-looking payload).
+	PreviewBytes int
+	// UI computes the node's UI output (e.g. "images": [...]); keys are
+	// sent in sorted order. inputs holds the node's resolved inputs (widget
+	// values coerced: INT int64, FLOAT float64; linked IMAGE values are
+	// opaque); counter is a server-wide sequence number starting at 1.
+	// Default for output nodes: one file record per image {"filename":
+	// "<filename_prefix>_%05d_.png", "subfolder": "", "type": "output"},
+	// with a real PNG stored so /view serves it. Built-in output nodes keep
+	// their own UI unless this is set.
+	UI func(nodeID string, inputs map[string]any, counter int) map[string]any
+	// Fail makes the node fail at run time with execution_error (the
+	// exception_message gets the real server's trailing "\n").
+	Fail *Failure
+	// Text, if set, emits a binary TEXT (type 3) frame with this text.
+	Text string
+	// LoadDelay is an extra delay the first time this class runs on the
+	// server (a model load); reset by Restart and POST /free unload_models.
+	LoadDelay time.Duration
+}
+
+// InputSpec declares one node input.
+type InputSpec struct {
+	Name     string
+	Type     string // INT FLOAT STRING BOOLEAN COMBO IMAGE MASK LATENT MODEL ... ("*" = any)
+	Required bool   // false: listed under "optional" in /object_info
+	Min, Max *float64
+	Options  []string // COMBO choices
+	Default  any      // default value shown in /object_info (optional)
+	Step     *float64 // step shown in /object_info (optional)
+}
+
+// Failure describes a runtime node failure reported as execution_error.
+type Failure struct {
+	ExceptionType, ExceptionMessage string
+	Traceback                       []string
+}
+
+// ReceivedPrompt records one POST /prompt, accepted or rejected.
+type ReceivedPrompt struct {
+	PromptID, ClientID string
+	Number             float64
+	Prompt             json.RawMessage
+	ExtraData          map[string]any
+	Front              bool
+	Status             int // HTTP status answered
+}
+
+// Request records one HTTP request or WebSocket upgrade.
+type Request struct {
+	Method, Path, RawQuery string
+	Header                 http.Header
+}

@@ -1,0 +1,725 @@
+package comfytest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// task is one queued prompt.
+type task struct {
+	number    float64
+	numJSON   any // int or pyFloat, as the server echoes it
+	id        string
+	prompt    omap // coerced graph
+	extra     omap
+	outputs   []string
+	clientID  string
+	hasClient bool
+}
+
+type cacheEntry struct {
+	ui      omap
+	outputs []any
+}
+
+type histEntry struct {
+	id    string
+	entry omap
+}
+
+func less(a, b *task) bool {
+	if a.number != b.number {
+		return a.number < b.number
+	}
+	return a.id < b.id
+}
+
+func (s *Server) worker(ctx context.Context, kick chan struct{}) {
+	for {
+		s.mu.Lock()
+		var t *task
+		if len(s.queue) > 0 {
+			bi := 0
+			for i, q := range s.queue {
+				if less(q, s.queue[bi]) {
+					bi = i
+				}
+			}
+			t = s.queue[bi]
+			s.queue = append(s.queue[:bi:bi], s.queue[bi+1:]...)
+			s.running = t
+			s.broadcastStatusLocked()
+		}
+		s.mu.Unlock()
+		if t == nil {
+			select {
+			case <-kick:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		s.execute(ctx, t)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) wakeExecutor() {
+	s.mu.Lock()
+	ch := s.intrWake
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d on a timer (fake time inside synctest); false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// takeInterruptLocked consumes the interrupt flag, as
+// nodes.before_node_execution does.
+func (s *Server) takeInterruptLocked() bool {
+	if s.intrFlag {
+		s.intrFlag = false
+		return true
+	}
+	return false
+}
+
+// isLink reports whether v is ["<node id>", <slot>].
+func isLink(v any) (string, int, bool) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return "", 0, false
+	}
+	id, ok := a[0].(string)
+	if !ok {
+		return "", 0, false
+	}
+	switch n := a[1].(type) {
+	case json.Number:
+		f, err := n.Float64()
+		if err != nil {
+			return "", 0, false
+		}
+		return id, int(f), true
+	case int64:
+		return id, int(n), true
+	}
+	return "", 0, false
+}
+
+func nodeInputs(node any) omap {
+	m, _ := node.(omap)
+	in, _ := m.get("inputs")
+	o, _ := in.(omap)
+	return o
+}
+
+func nodeClass(node any) string {
+	m, _ := node.(omap)
+	c, _ := m.get("class_type")
+	s, _ := c.(string)
+	return s
+}
+
+// signatures computes each node's cache key: class + sorted inputs with
+// links replaced by the ancestor's key, as the real server's
+// CacheKeySetInputSignature (ids excluded).
+func signatures(prompt omap) map[string]string {
+	sigs := map[string]string{}
+	var sig func(id string, depth int) string
+	sig = func(id string, depth int) string {
+		if v, ok := sigs[id]; ok {
+			return v
+		}
+		node, ok := prompt.get(id)
+		if !ok || depth > len(prompt)+1 {
+			return "missing:" + id
+		}
+		h := sha256.New()
+		h.Write([]byte(nodeClass(node)))
+		in := nodeInputs(node)
+		keys := in.keys()
+		sort.Strings(keys)
+		for _, k := range keys {
+			v, _ := in.get(k)
+			h.Write([]byte{0})
+			h.Write([]byte(k))
+			h.Write([]byte{0})
+			if src, slot, ok := isLink(v); ok {
+				h.Write([]byte("link:" + sig(src, depth+1) + ":" + strconv.Itoa(slot)))
+			} else {
+				h.Write(pyJSON(v))
+			}
+		}
+		v := hex.EncodeToString(h.Sum(nil))
+		sigs[id] = v
+		return v
+	}
+	for _, e := range prompt {
+		sig(e.K, 0)
+	}
+	return sigs
+}
+
+// numDesc orders node ids the way the captured server happened to iterate
+// its sets ("4" before "3"): numeric ids descending, then strings descending.
+func numDesc(ids []string) []string {
+	out := append([]string(nil), ids...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, ea := strconv.Atoi(out[i])
+		b, eb := strconv.Atoi(out[j])
+		if ea == nil && eb == nil {
+			return a > b
+		}
+		return out[i] > out[j]
+	})
+	return out
+}
+
+type runResult int
+
+const (
+	resSuccess runResult = iota
+	resError
+	resInterrupted
+	resAbandoned // Close/Restart
+)
+
+// run holds the state of one prompt execution.
+type run struct {
+	s        *Server
+	ctx      context.Context
+	t        *task
+	sigs     map[string]string
+	values   map[string][]any
+	ui       omap
+	progress omap // progress_state nodes, cumulative
+	executed []string
+	messages []any
+}
+
+func (r *run) ts() any { return time.Now().UnixMilli() }
+
+// addMessage records a history status message and sends it to the client
+// (or broadcasts it when broadcast is set and the prompt has no client).
+func (r *run) addMessageLocked(typ string, data omap, broadcast bool) {
+	r.messages = append(r.messages, []any{typ, data})
+	if r.t.hasClient || broadcast {
+		r.s.sendLocked(r.t.clientID, r.t.hasClient, typ, data)
+	}
+}
+
+func (r *run) withTS(d omap) omap {
+	if !r.s.opts.Dialect.NoExecutionSuccess {
+		d = append(d, kv{"timestamp", r.ts()})
+	}
+	return d
+}
+
+func (r *run) sendProgressStateLocked() {
+	if r.s.opts.Dialect.NoProgressState {
+		return
+	}
+	nodes := make(omap, len(r.progress))
+	for i, e := range r.progress {
+		nodes[i] = kv{e.K, append(omap(nil), e.V.(omap)...)}
+	}
+	r.s.sendLocked(r.t.clientID, r.t.hasClient, "progress_state", omap{{"prompt_id", r.t.id}, {"nodes", nodes}})
+}
+
+func (r *run) setProgress(id string, value, maxv any, state string) {
+	r.progress.set(id, omap{{"value", value}, {"max", maxv}, {"state", state}, {"node_id", id},
+		{"prompt_id", r.t.id}, {"display_node_id", id}, {"parent_node_id", nil}, {"real_node_id", id}})
+}
+
+func (r *run) nodeData(id string, extra ...kv) omap {
+	d := omap{{"node", id}}
+	if !r.s.opts.Dialect.NoDisplayNode {
+		d = append(d, kv{"display_node", id})
+	}
+	return append(d, extra...)
+}
+
+func (s *Server) execute(ctx context.Context, t *task) {
+	r := &run{s: s, ctx: ctx, t: t, values: map[string][]any{}}
+	s.mu.Lock()
+	s.intrFlag = false
+	r.addMessageLocked("execution_start", r.withTS(omap{{"prompt_id", t.id}}), false)
+	r.sigs = signatures(t.prompt)
+	live := map[string]bool{}
+	for _, v := range r.sigs {
+		live[v] = true
+	}
+	for k := range s.cacheKeys() {
+		if !live[k] {
+			delete(s.cache, k)
+			delete(s.cacheOut, k)
+		}
+	}
+	cached := []any{}
+	for _, e := range t.prompt {
+		if _, ok := s.cacheEntry(r.sigs[e.K]); ok {
+			cached = append(cached, e.K)
+		}
+	}
+	r.addMessageLocked("execution_cached", r.withTS(omap{{"nodes", cached}, {"prompt_id", t.id}}), false)
+	s.mu.Unlock()
+
+	res, errData := r.runList()
+	if res == resAbandoned {
+		return
+	}
+	s.mu.Lock()
+	status := "success"
+	switch res {
+	case resSuccess:
+		if !s.opts.Dialect.NoExecutionSuccess {
+			r.addMessageLocked("execution_success", r.withTS(omap{{"prompt_id", t.id}}), false)
+		}
+	case resError:
+		status = "error"
+		r.addMessageLocked("execution_error", errData, false)
+	case resInterrupted:
+		status = "error"
+		r.addMessageLocked("execution_interrupted", errData, true)
+	}
+	s.mu.Unlock()
+	if !sleep(ctx, s.opts.HistoryDelay) {
+		return
+	}
+	entry := omap{
+		{"prompt", []any{t.numJSON, t.id, t.prompt, stripSecrets(t.extra), stringsAny(t.outputs)}},
+		{"outputs", orEmptyMap(r.ui)},
+		{"status", omap{{"status_str", status}, {"completed", res == resSuccess}, {"messages", orEmpty(r.messages)}}},
+	}
+	if !s.opts.Dialect.NoDisplayNode {
+		meta := omap{}
+		for _, e := range r.ui {
+			meta = append(meta, kv{e.K, omap{{"node_id", e.K}, {"display_node", e.K}, {"parent_node", nil}, {"real_node_id", e.K}}})
+		}
+		entry = append(entry, kv{"meta", meta})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	replaced := false
+	for _, h := range s.history {
+		if h.id == t.id {
+			h.entry = entry
+			replaced = true
+		}
+	}
+	if !replaced {
+		s.history = append(s.history, &histEntry{id: t.id, entry: entry})
+		if len(s.history) > maxHistory {
+			s.history = s.history[len(s.history)-maxHistory:]
+		}
+	}
+	s.running = nil
+	s.lastNode = ""
+	s.broadcastStatusLocked()
+	if t.hasClient {
+		s.sendLocked(t.clientID, true, "executing", omap{{"node", nil}, {"prompt_id", t.id}})
+	}
+}
+
+const maxHistory = 10000
+
+func orEmptyMap(m omap) omap {
+	if m == nil {
+		return omap{}
+	}
+	return m
+}
+
+func stripSecrets(extra omap) omap {
+	return extra.del("api_key_comfy_org").del("auth_token_comfy_org")
+}
+
+func (s *Server) cacheKeys() map[string]bool {
+	out := map[string]bool{}
+	for k := range s.cache {
+		out[k] = true
+	}
+	return out
+}
+
+func (s *Server) cacheEntry(sig string) (*cacheEntry, bool) {
+	ui, ok := s.cache[sig]
+	if !ok {
+		return nil, false
+	}
+	return &cacheEntry{ui: ui, outputs: s.cacheOut[sig]}, true
+}
+
+// runList executes the prompt's nodes in the real server's order
+// (ExecutionList with ux_friendly_pick_node).
+func (r *run) runList() (runResult, omap) {
+	s, t := r.s, r.t
+	isCached := func(id string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.cacheEntry(r.sigs[id])
+		return ok
+	}
+	var pending []string
+	inPending := map[string]bool{}
+	blockCount := map[string]int{}
+	blocking := map[string][]string{}
+	addNode := func(start string) {
+		stack := []string{start}
+		type link struct{ from, to string }
+		var links []link
+		for len(stack) > 0 {
+			id := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if inPending[id] {
+				continue
+			}
+			inPending[id] = true
+			pending = append(pending, id)
+			node, _ := t.prompt.get(id)
+			for _, e := range nodeInputs(node) {
+				if src, _, ok := isLink(e.V); ok {
+					if !isCached(src) {
+						stack = append(stack, src)
+						links = append(links, link{src, id})
+					}
+				}
+			}
+		}
+		for _, l := range links {
+			if !contains(blocking[l.from], l.to) {
+				blocking[l.from] = append(blocking[l.from], l.to)
+				blockCount[l.to]++
+			}
+		}
+	}
+	for _, o := range t.outputs {
+		addNode(o)
+	}
+	isOutput := func(id string) bool {
+		node, _ := t.prompt.get(id)
+		d := s.nodes[nodeClass(node)]
+		return d != nil && d.OutputNode
+	}
+	pick := func(ready []string) string {
+		for _, id := range ready {
+			if isOutput(id) {
+				return id
+			}
+		}
+		for _, id := range ready {
+			for _, b := range blocking[id] {
+				if isOutput(b) {
+					return id
+				}
+			}
+		}
+		for _, id := range ready {
+			for _, b := range blocking[id] {
+				for _, b2 := range blocking[b] {
+					if isOutput(b2) {
+						return id
+					}
+				}
+			}
+		}
+		return ready[0]
+	}
+	for len(pending) > 0 {
+		var ready []string
+		for _, id := range pending {
+			if blockCount[id] == 0 {
+				ready = append(ready, id)
+			}
+		}
+		if len(ready) == 0 {
+			return resError, r.errorData(pending[0], &Failure{ExceptionType: "comfy_execution.graph.DependencyCycleError", ExceptionMessage: "Dependency cycle detected"}, nil)
+		}
+		id := pick(ready)
+		res, data := r.runNode(id)
+		if res != resSuccess {
+			return res, data
+		}
+		for i, p := range pending {
+			if p == id {
+				pending = append(pending[:i:i], pending[i+1:]...)
+				break
+			}
+		}
+		for _, b := range blocking[id] {
+			blockCount[b]--
+		}
+	}
+	return resSuccess, nil
+}
+
+func contains(a []string, v string) bool {
+	for _, x := range a {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// errorData builds an execution_error payload.
+func (r *run) errorData(id string, f *Failure, inputs omap) omap {
+	node, _ := r.t.prompt.get(id)
+	tb := []any{}
+	for _, l := range f.Traceback {
+		tb = append(tb, l)
+	}
+	cur := omap{}
+	for _, e := range inputs {
+		v := e.V
+		switch v.(type) {
+		case nil, bool, string, int, int64, float64, pyFloat, json.Number:
+		default:
+			if st, ok := v.(interface{ String() string }); ok {
+				v = st.String()
+			} else {
+				v = pyStr(v)
+			}
+		}
+		cur = append(cur, kv{e.K, []any{v}})
+	}
+	d := omap{{"prompt_id", r.t.id}, {"node_id", id}, {"node_type", nodeClass(node)},
+		{"executed", stringsAny(numDesc(r.executed))}, {"exception_message", f.ExceptionMessage + "\n"},
+		{"exception_type", f.ExceptionType}, {"traceback", tb}, {"current_inputs", cur},
+		{"current_outputs", stringsAny(numDesc(r.t.prompt.keys()))}}
+	return r.withTS(d)
+}
+
+func (r *run) interruptData(id string) omap {
+	node, _ := r.t.prompt.get(id)
+	return r.withTS(omap{{"prompt_id", r.t.id}, {"node_id", id}, {"node_type", nodeClass(node)},
+		{"executed", stringsAny(numDesc(r.executed))}})
+}
+
+// runNode runs (or replays from cache) one node.
+func (r *run) runNode(id string) (runResult, omap) {
+	s, t := r.s, r.t
+	node, _ := t.prompt.get(id)
+	class := nodeClass(node)
+	d := s.nodes[class]
+	sig := r.sigs[id]
+
+	s.mu.Lock()
+	if ce, ok := s.cacheEntry(sig); ok {
+		r.values[id] = ce.outputs
+		if t.hasClient && !s.opts.Dialect.NoCachedExecuted {
+			var out any
+			if ce.ui != nil {
+				out = ce.ui
+			}
+			s.sendLocked(t.clientID, true, "executed", r.nodeData(id, kv{"output", out}, kv{"prompt_id", t.id}))
+		}
+		if ce.ui != nil {
+			r.ui.set(id, ce.ui)
+		}
+		r.setProgress(id, 1, 1, "finished")
+		r.sendProgressStateLocked()
+		r.executed = append(r.executed, id)
+		s.mu.Unlock()
+		return resSuccess, nil
+	}
+	r.setProgress(id, pyFloat(0), pyFloat(1), "running")
+	r.sendProgressStateLocked()
+	s.lastNode = id
+	if t.hasClient {
+		s.sendLocked(t.clientID, true, "executing", r.nodeData(id, kv{"prompt_id", t.id}))
+	}
+	if s.takeInterruptLocked() {
+		s.mu.Unlock()
+		return resInterrupted, r.interruptData(id)
+	}
+	s.mu.Unlock()
+
+	// Resolve inputs.
+	in := map[string]any{}
+	var inOrdered omap
+	for _, e := range nodeInputs(node) {
+		v := e.V
+		if src, slot, ok := isLink(v); ok {
+			outs := r.values[src]
+			if slot >= 0 && slot < len(outs) {
+				v = outs[slot]
+			} else {
+				v = nil
+			}
+		} else if f, ok := v.(pyFloat); ok {
+			v = float64(f)
+		} else if n, ok := v.(json.Number); ok {
+			if i, err := n.Int64(); err == nil {
+				v = i
+			} else if f, err := n.Float64(); err == nil {
+				v = f
+			}
+		}
+		in[e.K] = v
+		inOrdered = append(inOrdered, kv{e.K, v})
+	}
+
+	// HangPrompts: block until interrupted, released, or stopped.
+	for {
+		s.mu.Lock()
+		hang, wake := s.hang, s.intrWake
+		if hang && s.takeInterruptLocked() {
+			s.mu.Unlock()
+			return r.interrupted(id)
+		}
+		s.mu.Unlock()
+		if !hang {
+			break
+		}
+		select {
+		case <-wake:
+		case <-r.ctx.Done():
+			return resAbandoned, nil
+		}
+	}
+
+	if d.LoadDelay > 0 {
+		s.mu.Lock()
+		paid := s.loaded[class]
+		s.loaded[class] = true
+		s.mu.Unlock()
+		if !paid && !sleep(r.ctx, d.LoadDelay) {
+			return resAbandoned, nil
+		}
+	}
+
+	steps := d.ProgressSteps
+	if d.stepsInput != "" && steps == 0 {
+		steps = asInt(in[d.stepsInput])
+	}
+	previews := d.Previews
+	if d.stepsInput != "" && previews == 0 {
+		previews = steps
+	}
+	n := max(steps, previews)
+	if n > 0 {
+		per := d.Duration / time.Duration(n)
+		img := previewBytes(d.PreviewBytes)
+		for i := 1; i <= n; i++ {
+			if !sleep(r.ctx, per) {
+				return resAbandoned, nil
+			}
+			s.mu.Lock()
+			if s.takeInterruptLocked() {
+				s.mu.Unlock()
+				return resInterrupted, r.interruptData(id)
+			}
+			var targets []*wsConn
+			if i <= previews {
+				targets = s.previewTargets(t.clientID, t.hasClient)
+			}
+			if steps > 0 {
+				r.setProgress(id, min(i, steps), steps, "running")
+				r.sendProgressStateLocked()
+			}
+			meta := omap{{"node_id", id}, {"prompt_id", t.id}, {"display_node_id", id}, {"parent_node_id", nil}, {"real_node_id", id}, {"image_type", "image/jpeg"}}
+			for _, c := range targets {
+				if t.hasClient && c.wantsPreviewMeta() {
+					c.enqueue(frame{binary: true, data: preview4(meta, img)})
+				}
+			}
+			if steps > 0 {
+				s.sendLocked(t.clientID, t.hasClient, "progress", omap{{"value", min(i, steps)}, {"max", steps}, {"prompt_id", t.id}, {"node", id}})
+			}
+			for _, c := range targets {
+				if !(t.hasClient && c.wantsPreviewMeta()) {
+					c.enqueue(frame{binary: true, data: preview1(img)})
+				}
+			}
+			s.mu.Unlock()
+		}
+	} else if !sleep(r.ctx, d.Duration) {
+		return resAbandoned, nil
+	}
+
+	if d.Text != "" {
+		s.mu.Lock()
+		for _, c := range s.previewTargets(t.clientID, t.hasClient) {
+			c.enqueue(frame{binary: true, data: textFrame(id, d.Text)})
+		}
+		s.mu.Unlock()
+	}
+
+	outs, fail := d.outputs(in)
+	if d.Fail != nil {
+		fail = d.Fail
+	}
+	if fail != nil {
+		return resError, r.errorData(id, fail, inOrdered)
+	}
+	ui := s.uiFor(d, id, in)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.ctx.Err() != nil {
+		return resAbandoned, nil
+	}
+	s.cache[sig] = ui
+	s.cacheOut[sig] = outs
+	r.values[id] = outs
+	if ui != nil {
+		r.ui.set(id, ui)
+		if t.hasClient {
+			s.sendLocked(t.clientID, true, "executed", r.nodeData(id, kv{"output", ui}, kv{"prompt_id", t.id}))
+		}
+	}
+	if steps > 0 {
+		r.setProgress(id, steps, steps, "finished")
+	} else {
+		r.setProgress(id, pyFloat(1), pyFloat(1), "finished")
+	}
+	r.sendProgressStateLocked()
+	r.executed = append(r.executed, id)
+	return resSuccess, nil
+}
+
+func (r *run) interrupted(id string) (runResult, omap) {
+	return resInterrupted, r.interruptData(id)
+}
+
+// previewBytes is a JPEG-looking payload of n bytes (default 64).
+func previewBytes(n int) []byte {
+	if n <= 0 {
+		n = 64
+	}
+	n = max(n, 4)
+	b := make([]byte, n)
+	copy(b, []byte{0xFF, 0xD8, 0xFF, 0xE0})
+	for i := 4; i < n-2; i++ {
+		b[i] = byte(i)
+	}
+	b[n-2], b[n-1] = 0xFF, 0xD9
+	return b
+}

@@ -1,0 +1,90 @@
+package comfytest_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy/comfytest"
+)
+
+func TestCustomNodes(t *testing.T) {
+	opts := &comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{
+		"Slow": {
+			Inputs:        []comfytest.InputSpec{{Name: "image", Type: "IMAGE", Required: true}},
+			Outputs:       []string{"IMAGE"},
+			Duration:      8 * time.Second,
+			ProgressSteps: 4,
+			Text:          "hello",
+		},
+		"Boom": {
+			Inputs:     []comfytest.InputSpec{{Name: "image", Type: "IMAGE", Required: true}},
+			OutputNode: true,
+			Fail:       &comfytest.Failure{ExceptionType: "torch.OutOfMemoryError", ExceptionMessage: "out of memory", Traceback: []string{"tb"}},
+		},
+		"Texty": {
+			Inputs:     nil, // accept anything
+			OutputNode: true,
+			UI: func(nodeID string, inputs map[string]any, counter int) map[string]any {
+				return map[string]any{"text": []any{"node " + nodeID}}
+			},
+		},
+	}}
+	inMemory(t, opts, func(t *testing.T, s *comfytest.Server) {
+		ws := dial(t, s, "?clientId="+cid)
+		ws.next()
+
+		g := `{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":0}},"2":{"class_type":"Slow","inputs":{"image":["1",0]}},"3":{"class_type":"Texty","inputs":{"anything":["2",0],"x":1}}}`
+		start := time.Now()
+		_, body := post(t, s, "/prompt", prompt(g, ""))
+		id := promptIDOf(t, body)
+		msgs := ws.untilDone()
+		assert.Equal(t, 8*time.Second, time.Since(start), "Duration runs on the clock")
+		all := strings.Join(msgs, "\n")
+		assert.Equal(t, 4, strings.Count(all, `"type": "progress",`))
+		assert.Contains(t, all, `{"type": "executed", "data": {"node": "3", "display_node": "3", "output": {"text": ["node 3"]}, "prompt_id": "`+id+`"}}`)
+		var text string
+		for _, m := range msgs {
+			if strings.HasPrefix(m, "BINARY 00000003") {
+				text = m
+			}
+		}
+		assert.Equal(t, "BINARY 0000000300000001 14", text, "TEXT frame: type 3, node id length 1, total 8+1+5")
+
+		// Interrupt between progress steps of the slow node.
+		g2 := strings.Replace(g, `"color":0`, `"color":1`, 1)
+		_, body = post(t, s, "/prompt", prompt(g2, ""))
+		id2 := promptIDOf(t, body)
+		time.Sleep(3 * time.Second) // fake time: inside step 2 of node "2"
+		post(t, s, "/interrupt", `{"prompt_id":"`+id2+`"}`)
+		msgs = ws.untilDone()
+		all = strings.Join(msgs, "\n")
+		assert.Equal(t, 1, strings.Count(all, `"type": "progress",`), "stopped at the next step")
+		assert.Contains(t, all, `"type": "execution_interrupted", "data": {"prompt_id": "`+id2+`", "node_id": "2", "node_type": "Slow", "executed": ["1"]`)
+
+		g3 := `{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":0}},"2":{"class_type":"Boom","inputs":{"image":["1",0]}}}`
+		post(t, s, "/prompt", prompt(g3, ""))
+		msgs = ws.untilDone()
+		require.GreaterOrEqual(t, len(msgs), 3)
+		assert.Contains(t, msgs[len(msgs)-3], `"exception_message": "out of memory\n", "exception_type": "torch.OutOfMemoryError", "traceback": ["tb"], "current_inputs": {"image": ["tensor(shape=[1, 8, 8, 3])"]}, "current_outputs": ["2", "1"]`)
+
+		// Type mismatch between linked nodes.
+		bad := `{"1":{"class_type":"PrimitiveInt","inputs":{"value":3}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"x"}}}`
+		code, body := post(t, s, "/prompt", prompt(bad, ""))
+		assert.Equal(t, 400, code)
+		assert.Contains(t, body, `"type": "return_type_mismatch", "message": "Return type mismatch between linked nodes", "details": "images, received_type(INT) mismatch input_type(IMAGE)"`)
+	})
+}
+
+func TestFailingWorkflow(t *testing.T) {
+	forModes(t, nil, func(t *testing.T, s *comfytest.Server) {
+		ws := dial(t, s, "?clientId="+cid)
+		ws.next()
+		post(t, s, "/prompt", prompt(string(comfytest.WorkflowFailing), ""))
+		msgs := ws.untilDone()
+		assert.Contains(t, msgs[len(msgs)-3], `"node_id": "2", "node_type": "ImageToMask", "executed": ["1"], "exception_message": "index 3 is out of bounds for dimension 3 with size 3\n", "exception_type": "IndexError"`)
+	})
+}

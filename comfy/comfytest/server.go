@@ -1,0 +1,479 @@
+package comfytest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server is a fake ComfyUI server, in the style of httptest.Server.
+// All methods are safe for concurrent use.
+type Server struct {
+	// URL is the base URL, e.g. "http://127.0.0.1:41234" (loopback) or
+	// "http://comfytest.invalid" (in-memory); no trailing slash.
+	URL string
+
+	opts     Options
+	log      *slog.Logger
+	nodes    map[string]*nodeDef
+	inMemory bool
+
+	listener net.Listener
+	srv      *http.Server
+	client   *http.Client
+	mem      *memListener
+
+	ctx    context.Context // server lifetime
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the server owns
+	start  sync.Once
+
+	mu      sync.Mutex
+	closed  bool
+	started bool
+	// boot state (reset by Restart)
+	bootCtx    context.Context
+	bootCancel context.CancelFunc
+	workerDone chan struct{}
+	counter    int
+	queue      []*task
+	running    *task
+	lastNode   string
+	kick       chan struct{}
+	history    []*histEntry
+	cache      map[string]omap // node signature -> UI (nil omap = no UI)
+	cacheOut   map[string][]any
+	loaded     map[string]bool // classes whose LoadDelay was paid
+	tempNames  map[string]string
+	intrFlag   bool
+	intrWake   chan struct{}
+	uiCounter  int
+
+	// sockets
+	sockets  map[string]*wsConn // clientId -> registered socket (as server.sockets)
+	allConns map[*wsConn]struct{}
+
+	// files survive Restart, as on disk
+	files        map[fileKey][]byte
+	saveCounters map[string]int
+
+	// faults
+	latency          time.Duration
+	failNext         map[string]*failRule
+	dropAfter        int
+	deafAfter        int
+	hang             bool
+	ignoreInterrupts bool
+
+	// recording
+	prompts    []ReceivedPrompt
+	requests   []Request
+	clientIDs  []string
+	interrupts []string
+}
+
+type failRule struct{ n, status int }
+
+// NewServer starts a fake server on a loopback socket (127.0.0.1:0).
+// Close it when done. Like httptest.NewServer it panics if no loopback port
+// can be opened.
+func NewServer(opts *Options) *Server {
+	s := NewUnstartedServer(opts)
+	s.Start()
+	return s
+}
+
+// NewUnstartedServer returns a loopback server that is not yet listening;
+// call Start. Options can no longer change once created.
+func NewUnstartedServer(opts *Options) *Server {
+	return newServer(opts, false)
+}
+
+// NewInMemoryServer starts a fake server on an in-memory transport (net.Pipe
+// connections, no socket). Reach it only through s.Client(), which also
+// works for the coder/websocket dial (websocket.DialOptions{HTTPClient:
+// s.Client()}). Created inside a testing/synctest bubble, everything it
+// does runs on the bubble's fake clock and Close leaves no goroutine behind.
+func NewInMemoryServer(opts *Options) *Server {
+	s := newServer(opts, true)
+	s.Start()
+	return s
+}
+
+func newServer(opts *Options, inMemory bool) *Server {
+	var o Options
+	if opts != nil {
+		o = *opts
+		o.Nodes = make(map[string]NodeBehavior, len(opts.Nodes))
+		for k, v := range opts.Nodes {
+			o.Nodes[k] = v
+		}
+	}
+	if o.HistoryDelay < 0 {
+		o.HistoryDelay = 0
+	}
+	lg := o.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		opts:         o,
+		log:          lg,
+		nodes:        buildRegistry(o.Nodes),
+		inMemory:     inMemory,
+		files:        map[fileKey][]byte{},
+		saveCounters: map[string]int{},
+		failNext:     map[string]*failRule{},
+		sockets:      map[string]*wsConn{},
+		allConns:     map[*wsConn]struct{}{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ErrorLog: nil}
+	if inMemory {
+		s.mem = newMemListener()
+		s.listener = s.mem
+		s.URL = "http://comfytest.invalid"
+		s.client = &http.Client{Transport: &http.Transport{
+			Proxy:             nil,
+			DialContext:       s.mem.dial,
+			ForceAttemptHTTP2: false,
+		}}
+	} else {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic("comfytest: failed to listen on a loopback port: " + err.Error())
+		}
+		s.listener = l
+		s.URL = "http://" + l.Addr().String()
+		s.client = &http.Client{Transport: &http.Transport{Proxy: nil}}
+	}
+	s.resetBoot()
+	return s
+}
+
+// resetBoot installs fresh per-boot state. Caller holds no lock; the worker
+// must not be running.
+func (s *Server) resetBoot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bootCtx, s.bootCancel = context.WithCancel(s.ctx)
+	s.counter = 0
+	s.queue = nil
+	s.running = nil
+	s.lastNode = ""
+	s.kick = make(chan struct{}, 1)
+	s.history = nil
+	s.cache = map[string]omap{}
+	s.cacheOut = map[string][]any{}
+	s.loaded = map[string]bool{}
+	s.tempNames = map[string]string{}
+	s.intrFlag = false
+	s.intrWake = make(chan struct{}, 1)
+	s.workerDone = make(chan struct{})
+}
+
+// Start starts a server made by NewUnstartedServer. Calling it again does
+// nothing.
+func (s *Server) Start() {
+	s.start.Do(func() {
+		s.mu.Lock()
+		s.started = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = s.srv.Serve(s.listener)
+		}()
+		s.startWorker()
+	})
+}
+
+func (s *Server) startWorker() {
+	s.mu.Lock()
+	ctx, done, kick := s.bootCtx, s.workerDone, s.kick
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		s.worker(ctx, kick)
+	}()
+}
+
+// Client returns an *http.Client that reaches this server: for the
+// in-memory server its Transport dials net.Pipe connections into the
+// server. It works for plain HTTP and for the coder/websocket dial.
+func (s *Server) Client() *http.Client { return s.client }
+
+// Close stops the server: closes every WebSocket session and HTTP
+// connection, abandons queued and running prompts and waits for every
+// goroutine the server started. Calling it again does nothing.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+	s.cancel()
+	if started {
+		_ = s.srv.Close()
+	} else {
+		_ = s.listener.Close()
+	}
+	s.dropSockets(nil)
+	s.wg.Wait()
+	if t, ok := s.client.Transport.(*http.Transport); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// CloseClientConnections drops every WebSocket connection abruptly (no close
+// frame) and closes idle HTTP connections. The server keeps running and so
+// do prompts; their messages are dropped until clients reconnect.
+func (s *Server) CloseClientConnections() {
+	s.dropSockets(nil)
+	s.srv.SetKeepAlivesEnabled(false)
+	s.srv.SetKeepAlivesEnabled(true)
+}
+
+// Restart simulates a ComfyUI process restart: sockets drop, the queue, the
+// running prompt (no further messages), history, the node cache, loaded
+// models and the priority counter are forgotten. Uploaded and saved files
+// survive, as they do on disk. Fault settings and recordings are kept.
+func (s *Server) Restart() {
+	s.mu.Lock()
+	if s.closed || !s.started {
+		s.mu.Unlock()
+		return
+	}
+	cancel, done := s.bootCancel, s.workerDone
+	s.mu.Unlock()
+	cancel()
+	<-done
+	s.dropSockets(nil)
+	s.srv.SetKeepAlivesEnabled(false)
+	s.srv.SetKeepAlivesEnabled(true)
+	s.resetBoot()
+	s.startWorker()
+}
+
+// SetLatency adds d before every HTTP response (and WS upgrade). 0 removes it.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.latency = d
+	s.mu.Unlock()
+}
+
+// FailNext makes the next n requests to route answer status with a small
+// text body. route is a path such as "/prompt", "/history" (also matches
+// "/history/<id>"), "/queue" or "/ws", with or without the "/api" prefix.
+// n <= 0 removes the rule.
+func (s *Server) FailNext(route string, n, status int) {
+	r := normRoute(route)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		delete(s.failNext, r)
+		return
+	}
+	s.failNext[r] = &failRule{n: n, status: status}
+}
+
+func normRoute(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	if p == "/api" || strings.HasPrefix(p, "/api/") {
+		p = strings.TrimPrefix(p, "/api")
+	}
+	return strings.TrimSuffix(p, "/")
+}
+
+// DropSocketsAfter closes each current and future WebSocket abruptly (no
+// close frame) after it has sent k more messages (JSON and binary frames
+// both count). 0 disables.
+func (s *Server) DropSocketsAfter(k int) {
+	s.mu.Lock()
+	s.dropAfter = max(k, 0)
+	conns := s.connList()
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.setDrop(max(k, 0))
+	}
+}
+
+// DeafSocketsAfter makes each current and future WebSocket go silent after
+// it has sent k more messages: the connection stays open and answers pings
+// but nothing more is sent. 0 disables (silent sockets speak again).
+func (s *Server) DeafSocketsAfter(k int) {
+	s.mu.Lock()
+	s.deafAfter = max(k, 0)
+	conns := s.connList()
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.setDeaf(max(k, 0))
+	}
+}
+
+// HangPrompts makes every node that is not cached block, right after its
+// executing message, until the prompt is interrupted (POST /interrupt) or
+// the server is closed or restarted. Turning it off releases hung nodes.
+func (s *Server) HangPrompts(on bool) {
+	s.mu.Lock()
+	s.hang = on
+	s.mu.Unlock()
+	s.wakeExecutor()
+}
+
+// IgnoreInterrupts makes POST /interrupt answer 200 but do nothing.
+func (s *Server) IgnoreInterrupts(on bool) {
+	s.mu.Lock()
+	s.ignoreInterrupts = on
+	s.mu.Unlock()
+}
+
+// Prompts returns every POST /prompt received (accepted or rejected), in
+// order. A body that was not JSON is recorded with a nil Prompt.
+func (s *Server) Prompts() []ReceivedPrompt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ReceivedPrompt, len(s.prompts))
+	copy(out, s.prompts)
+	return out
+}
+
+// Requests returns every HTTP request and WebSocket upgrade, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = r
+		out[i].Header = r.Header.Clone()
+	}
+	return out
+}
+
+// ClientIDs returns the clientId of each WebSocket connection (minted ones
+// included), in connect order.
+func (s *Server) ClientIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.clientIDs...)
+}
+
+// Interrupts returns the prompt_id of each POST /interrupt ("" = global),
+// in order, including ignored ones.
+func (s *Server) Interrupts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.interrupts...)
+}
+
+// serveHTTP is the outer handler: it tracks the goroutine, records the
+// request and applies latency and injected failures.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		http.Error(w, "comfytest: server closed", http.StatusServiceUnavailable)
+		return
+	}
+	s.wg.Add(1)
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
+	lat := s.latency
+	s.mu.Unlock()
+	defer s.wg.Done()
+	if lat > 0 {
+		t := time.NewTimer(lat)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	route := normRoute(r.URL.Path)
+	s.mu.Lock()
+	var rule *failRule
+	for k, fr := range s.failNext {
+		if route == k || strings.HasPrefix(route, k+"/") {
+			rule = fr
+			fr.n--
+			if fr.n <= 0 {
+				delete(s.failNext, k)
+			}
+			break
+		}
+	}
+	s.mu.Unlock()
+	if rule != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(rule.status)
+		_, _ = io.WriteString(w, "comfytest: injected failure\n")
+		return
+	}
+	s.route(w, r)
+}
+
+// memListener is an in-memory net.Listener fed by memListener.dial.
+type memListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newMemListener() *memListener {
+	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+var errListenerClosed = errors.New("comfytest: in-memory listener closed")
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, errListenerClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr{} }
+
+func (l *memListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	c1, c2 := net.Pipe()
+	select {
+	case l.conns <- c2:
+		return c1, nil
+	case <-l.done:
+		c1.Close()
+		c2.Close()
+		return nil, errListenerClosed
+	case <-ctx.Done():
+		c1.Close()
+		c2.Close()
+		return nil, ctx.Err()
+	}
+}
+
+type memAddr struct{}
+
+func (memAddr) Network() string { return "memory" }
+func (memAddr) String() string  { return "comfytest.invalid:80" }

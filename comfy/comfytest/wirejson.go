@@ -1,0 +1,303 @@
+package comfytest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// omap is a JSON object that keeps its key order, as Python dicts do.
+type omap []kv
+
+type kv struct {
+	K string
+	V any
+}
+
+func (m omap) get(k string) (any, bool) {
+	for _, e := range m {
+		if e.K == k {
+			return e.V, true
+		}
+	}
+	return nil, false
+}
+
+func (m *omap) set(k string, v any) {
+	for i, e := range *m {
+		if e.K == k {
+			(*m)[i].V = v
+			return
+		}
+	}
+	*m = append(*m, kv{k, v})
+}
+
+func (m omap) del(k string) omap {
+	out := m[:0:0]
+	for _, e := range m {
+		if e.K != k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (m omap) keys() []string {
+	ks := make([]string, len(m))
+	for i, e := range m {
+		ks[i] = e.K
+	}
+	return ks
+}
+
+// MarshalJSON writes the object with its keys in insertion order.
+func (m omap) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, e := range m {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(e.K)
+		b.Write(k)
+		b.WriteByte(':')
+		v, err := marshalRaw(e.V)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// pyFloat is a float64 that marshals like Python's json (1.0, not 1).
+type pyFloat float64
+
+// MarshalJSON formats the float the way Python's repr does for common values.
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	return []byte(pyFloatString(float64(f))), nil
+}
+
+func pyFloatString(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1e16 {
+		return strconv.FormatFloat(f, 'f', 1, 64)
+	}
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	return s
+}
+
+func marshalRaw(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}
+
+// pyJSON encodes v the way Python's json.dumps does by default: ", " and
+// ": " separators and non-ASCII characters escaped as \uXXXX.
+func pyJSON(v any) []byte {
+	raw, err := marshalRaw(v)
+	if err != nil {
+		// Only values built by this package are encoded; this cannot happen
+		// for them, but never panic on a user's UI value.
+		raw, _ = json.Marshal(map[string]string{"comfytest_encode_error": err.Error()})
+	}
+	out := make([]byte, 0, len(raw)+len(raw)/8)
+	inStr := false
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if inStr {
+			switch {
+			case c == '\\':
+				out = append(out, c, raw[i+1])
+				i += 2
+				continue
+			case c == '"':
+				inStr = false
+			case c >= 0x80:
+				r, n := utf8.DecodeRune(raw[i:])
+				if r >= 0x10000 {
+					r -= 0x10000
+					out = fmt.Appendf(out, `\u%04x\u%04x`, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
+				} else {
+					out = fmt.Appendf(out, `\u%04x`, r)
+				}
+				i += n
+				continue
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		out = append(out, c)
+		switch c {
+		case '"':
+			inStr = true
+		case ',', ':':
+			out = append(out, ' ')
+		}
+		i++
+	}
+	return out
+}
+
+// decodeOrdered parses JSON keeping object key order: objects become omap,
+// numbers json.Number, arrays []any.
+func decodeOrdered(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("comfytest: trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			m := omap{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := decodeValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				m.set(k, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return m, nil
+		case '[':
+			a := []any{}
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return a, nil
+		}
+		return nil, fmt.Errorf("comfytest: unexpected delimiter %v", t)
+	default:
+		return tok, nil
+	}
+}
+
+// deepCopy copies an ordered JSON value.
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case omap:
+		m := make(omap, len(t))
+		for i, e := range t {
+			m[i] = kv{e.K, deepCopy(e.V)}
+		}
+		return m
+	case []any:
+		a := make([]any, len(t))
+		for i, e := range t {
+			a[i] = deepCopy(e)
+		}
+		return a
+	default:
+		return v
+	}
+}
+
+// toPlain converts an ordered value into plain Go maps/slices (for
+// ReceivedPrompt.ExtraData).
+func toPlain(v any) any {
+	switch t := v.(type) {
+	case omap:
+		m := make(map[string]any, len(t))
+		for _, e := range t {
+			m[e.K] = toPlain(e.V)
+		}
+		return m
+	case []any:
+		a := make([]any, len(t))
+		for i, e := range t {
+			a[i] = toPlain(e)
+		}
+		return a
+	case json.Number:
+		if f, err := t.Float64(); err == nil {
+			return f
+		}
+		return t.String()
+	default:
+		return v
+	}
+}
+
+// pyStr renders a JSON scalar the way Python's str() would.
+func pyStr(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		if t {
+			return "True"
+		}
+		return "False"
+	case string:
+		return t
+	case json.Number:
+		return t.String()
+	case pyFloat:
+		return pyFloatString(float64(t))
+	case int:
+		return strconv.Itoa(t)
+	case int64:
+		return strconv.FormatInt(t, 10)
+	case float64:
+		return pyFloatString(t)
+	default:
+		b, _ := json.Marshal(t)
+		return string(b)
+	}
+}
+
+// pyRepr renders a value the way Python's repr() would (strings quoted).
+func pyRepr(v any) string {
+	if s, ok := v.(string); ok {
+		return "'" + s + "'"
+	}
+	return pyStr(v)
+}
