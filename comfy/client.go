@@ -1,8 +1,15 @@
 package comfy
 
 import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,7 +110,184 @@ type Client struct {
 	ownHTTP bool
 	logger  *slog.Logger
 
+	baseURL *url.URL      // parsed base, for host comparisons and URL building
+	closed  atomic.Bool   // set by Close
+	closeMu chan struct{} // 1-slot semaphore serialising Close
+
 	// WebSocket side (session.go): connection manager, prompt tracking,
 	// health checks. The zero value is ready for init.
 	sess session
+}
+
+// Default values of [ClientOptions] fields.
+const (
+	DefaultReadLimit           int64 = 64 << 20
+	DefaultPingInterval              = 15 * time.Second
+	DefaultPingTimeout               = 10 * time.Second
+	DefaultReconnectMin              = 250 * time.Millisecond
+	DefaultReconnectMax              = 30 * time.Second
+	DefaultSilenceThreshold          = 30 * time.Second
+	DefaultHealthCheckInterval       = 30 * time.Second
+	DefaultHealthCheckTimeout        = 5 * time.Second
+	DefaultHistoryPollInterval       = 250 * time.Millisecond
+	DefaultMaxPendingMessages        = 1024
+	DefaultQueryTokenParam           = "token"
+)
+
+// withDefaults returns a copy of o with every zero field set to its default.
+// The Header map is cloned so later changes by the caller have no effect.
+func (o *ClientOptions) withDefaults() ClientOptions {
+	var c ClientOptions
+	if o != nil {
+		c = *o
+	}
+	c.Header = c.Header.Clone()
+	c.QueryTokenParam = cmp.Or(c.QueryTokenParam, DefaultQueryTokenParam)
+	c.ReadLimit = cmp.Or(c.ReadLimit, DefaultReadLimit)
+	c.PingInterval = cmp.Or(c.PingInterval, DefaultPingInterval)
+	c.PingTimeout = cmp.Or(c.PingTimeout, DefaultPingTimeout)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, DefaultReconnectMax)
+	c.SilenceThreshold = cmp.Or(c.SilenceThreshold, DefaultSilenceThreshold)
+	c.HealthCheckInterval = cmp.Or(c.HealthCheckInterval, DefaultHealthCheckInterval)
+	c.HealthCheckTimeout = cmp.Or(c.HealthCheckTimeout, DefaultHealthCheckTimeout)
+	c.HistoryPollInterval = cmp.Or(c.HistoryPollInterval, DefaultHistoryPollInterval)
+	c.MaxPendingMessages = cmp.Or(c.MaxPendingMessages, DefaultMaxPendingMessages)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports the first invalid field, naming it.
+func (o *ClientOptions) validate() error {
+	switch {
+	case o.ReadLimit < 0:
+		return errors.New("comfy: ClientOptions.ReadLimit cannot be negative")
+	case o.PingInterval < -1:
+		return errors.New("comfy: ClientOptions.PingInterval must be positive, or -1 to disable pings")
+	case o.PingTimeout < 0:
+		return errors.New("comfy: ClientOptions.PingTimeout cannot be negative")
+	case o.ReconnectMin < 0:
+		return errors.New("comfy: ClientOptions.ReconnectMin cannot be negative")
+	case o.ReconnectMax < o.ReconnectMin:
+		return errors.New("comfy: ClientOptions.ReconnectMax cannot be less than ReconnectMin")
+	case o.SilenceThreshold < -1:
+		return errors.New("comfy: ClientOptions.SilenceThreshold must be positive, or -1 to disable the health check")
+	case o.HealthCheckInterval < 0:
+		return errors.New("comfy: ClientOptions.HealthCheckInterval cannot be negative")
+	case o.HealthCheckTimeout < 0:
+		return errors.New("comfy: ClientOptions.HealthCheckTimeout cannot be negative")
+	case o.HistoryPollInterval < 0:
+		return errors.New("comfy: ClientOptions.HistoryPollInterval cannot be negative")
+	case o.MaxPendingMessages < 0:
+		return errors.New("comfy: ClientOptions.MaxPendingMessages cannot be negative")
+	case o.Password != "" && o.Username == "":
+		return errors.New("comfy: ClientOptions.Password requires Username")
+	case o.Username != "" && o.BearerToken != "":
+		return errors.New("comfy: ClientOptions.Username and BearerToken are mutually exclusive (both use the Authorization header)")
+	case strings.ContainsAny(o.QueryTokenParam, "&=#?"):
+		return errors.New("comfy: ClientOptions.QueryTokenParam must be a plain parameter name")
+	}
+	return nil
+}
+
+// NewClient returns a client for the ComfyUI server at baseURL, for example
+// "http://127.0.0.1:8188" or "https://gpu1.example.com/comfy". It does no
+// I/O: the first request or Connect finds out whether the server is there.
+//
+// baseURL must be an absolute http, https, ws or wss URL (ws and wss mean
+// http and https) without query or fragment. Credentials in the URL
+// ("https://user:pass@host") become basic auth and are removed from
+// [Client.BaseURL]; Username/Password in opts take precedence. opts may be
+// nil; NewClient copies it and fills in the defaults. An invalid field is
+// reported by name.
+func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
+	o := opts.withDefaults()
+	u, err := parseBase(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.User != nil {
+		if o.Username == "" && o.BearerToken == "" {
+			o.Username = u.User.Username()
+			o.Password, _ = u.User.Password()
+		}
+		u.User = nil
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		opts:    o,
+		base:    u.String(),
+		baseURL: u,
+		logger:  o.Logger,
+		closeMu: make(chan struct{}, 1),
+	}
+	c.http, c.ownHTTP = c.newHTTPClient(o.HTTPClient)
+	c.sess.init(c)
+	return c, nil
+}
+
+// parseBase validates and normalises the server URL.
+func parseBase(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse errors quote the input, which may hold a password.
+		return nil, errors.New("comfy: baseURL is not a valid URL")
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "ws":
+		u.Scheme = "http"
+	case "https", "wss":
+		u.Scheme = "https"
+	case "":
+		return nil, errors.New("comfy: baseURL must be absolute (http://host:port)")
+	default:
+		return nil, fmt.Errorf("comfy: baseURL scheme %q is not http, https, ws or wss", u.Scheme)
+	}
+	if u.Host == "" || u.Opaque != "" {
+		return nil, errors.New("comfy: baseURL has no host")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		return nil, errors.New("comfy: baseURL must not have a query (use ClientOptions.QueryToken or Header)")
+	}
+	if u.Fragment != "" {
+		return nil, errors.New("comfy: baseURL must not have a fragment")
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// BaseURL returns the server URL the client talks to, normalised (http or
+// https, no trailing slash) and without credentials.
+func (c *Client) BaseURL() string { return c.base }
+
+// Close stops the WebSocket side (waiting for its goroutines until ctx
+// ends) and releases the idle connections of an HTTP client the Client
+// created itself; a caller-supplied *http.Client is left alone. Close is
+// idempotent. After it every method returns an error wrapping [ErrClosed].
+func (c *Client) Close(ctx context.Context) error {
+	select {
+	case c.closeMu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.closeMu }()
+	c.closed.Store(true)
+	err := c.sess.close(ctx)
+	if c.ownHTTP {
+		c.http.CloseIdleConnections()
+	}
+	return err
+}
+
+// checkClosed returns an error wrapping ErrClosed once Close was called.
+func (c *Client) checkClosed(op string) error {
+	if c.closed.Load() {
+		return fmt.Errorf("comfy: %s: %w", op, ErrClosed)
+	}
+	return nil
 }

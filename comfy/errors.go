@@ -1,8 +1,16 @@
 package comfy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
 )
 
 // Sentinel errors. Each is returned wrapped; test with errors.Is.
@@ -21,6 +29,13 @@ var (
 	ErrNotConnected = errors.New("comfy: not connected")
 	// ErrBadResponse wraps a server answer that could not be decoded.
 	ErrBadResponse = errors.New("comfy: malformed server response")
+	// ErrInvalidWorkflow wraps every error about a workflow that is not a
+	// well-formed API-format graph (ParseWorkflow, SetInput, QueuePrompt
+	// with a nil or empty prompt). It is the caller's fault: not retryable.
+	ErrInvalidWorkflow = errors.New("comfy: invalid workflow")
+	// ErrNotFound is matched (errors.Is) by the *HTTPError of a 404 answer,
+	// for example View of a file that does not exist.
+	ErrNotFound = errors.New("comfy: not found")
 )
 
 // HTTPError is an unexpected HTTP status from the server. Body holds at most
@@ -56,4 +71,337 @@ type PromptError struct {
 	StatusCode int
 	Err        ErrorDetail
 	NodeErrors map[string]NodeError
+}
+
+// Error implements error: "comfy: GET /view: 404 Not Found" followed by the
+// start of the body, if any.
+func (e *HTTPError) Error() string {
+	s := fmt.Sprintf("comfy: %s %s: %d %s", e.Method, e.Path, e.StatusCode, http.StatusText(e.StatusCode))
+	if b := strings.TrimSpace(e.Body); b != "" {
+		s += ": " + truncate(oneLine(b), 200)
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrNotFound) true for a 404.
+func (e *HTTPError) Is(target error) bool {
+	return target == ErrNotFound && e.StatusCode == http.StatusNotFound
+}
+
+// UnmarshalJSON accepts both shapes of a validation error: the object
+// {type, message, details, extra_info} and, from servers before 2025-04,
+// a bare string (which becomes Message).
+func (d *ErrorDetail) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*d = ErrorDetail{Message: s}
+		return nil
+	}
+	type plain ErrorDetail
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*d = ErrorDetail(p)
+	return nil
+}
+
+// Error implements error: the error type and message, then each node's
+// first reasons, for example
+// "comfy: POST /prompt: 400 prompt_outputs_failed_validation: Prompt outputs
+// failed validation; node 2 (ImageInvert): required_input_missing: Required
+// input is missing: image".
+func (e *PromptError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "comfy: POST /prompt: %d", e.StatusCode)
+	if e.Err.Type != "" {
+		b.WriteString(" " + e.Err.Type)
+	}
+	if e.Err.Message != "" {
+		b.WriteString(": " + oneLine(e.Err.Message))
+	}
+	if e.Err.Details != "" && e.Err.Details != e.Err.Message {
+		b.WriteString(" (" + truncate(oneLine(e.Err.Details), 200) + ")")
+	}
+	ids := sortedKeys(e.NodeErrors)
+	for i, id := range ids {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more nodes", len(ids)-i)
+			break
+		}
+		ne := e.NodeErrors[id]
+		fmt.Fprintf(&b, "; node %s", id)
+		if ne.ClassType != "" {
+			fmt.Fprintf(&b, " (%s)", ne.ClassType)
+		}
+		for j, r := range ne.Errors {
+			if j == 2 {
+				fmt.Fprintf(&b, ", +%d more", len(ne.Errors)-j)
+				break
+			}
+			sep := ": "
+			if j > 0 {
+				sep = ", "
+			}
+			b.WriteString(sep + r.Type)
+			if r.Message != "" {
+				b.WriteString(": " + oneLine(r.Message))
+			}
+			if r.Details != "" {
+				b.WriteString(": " + truncate(oneLine(r.Details), 100))
+			}
+		}
+	}
+	return b.String()
+}
+
+// modelInputs are input names that select a model file.
+var modelInputs = []string{
+	"ckpt_name", "lora_name", "vae_name", "unet_name", "clip_name", "clip_name1",
+	"clip_name2", "clip_name3", "clip_name4", "control_net_name", "controlnet_name",
+	"model_name", "upscale_model_name", "style_model_name", "gligen_name",
+	"hypernetwork_name", "clip_vision_name", "audio_encoder_name", "ipadapter_file",
+	"instantid_file", "photomaker_model_name", "model_path",
+}
+
+// modelExts are file extensions of model files.
+var modelExts = []string{".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx", ".pkl"}
+
+// MissingOnServer reports whether the rejection is about something this
+// particular server lacks, so that another server may accept the same
+// prompt: an unknown node class (error type invalid_prompt naming a class
+// that "does not exist", or missing_node_type on newer servers), or a
+// value_not_in_list reason on a model-file input (ckpt_name, lora_name, ...,
+// or a received value ending in .safetensors, .ckpt, .pt, ...). When node
+// errors are present, every reason must be of that kind: a prompt that also
+// has an out-of-range value fails everywhere.
+func (e *PromptError) MissingOnServer() bool {
+	switch e.Err.Type {
+	case "missing_node_type":
+		return true
+	case "invalid_prompt":
+		return strings.Contains(e.Err.Message, "does not exist")
+	}
+	n := 0
+	for _, ne := range e.NodeErrors {
+		for _, r := range ne.Errors {
+			if !r.missingModel() {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
+// missingModel reports a value_not_in_list reason about a model file.
+func (d *ErrorDetail) missingModel() bool {
+	if d.Type != "value_not_in_list" {
+		return false
+	}
+	var x struct {
+		InputName     string `json:"input_name"`
+		ReceivedValue any    `json:"received_value"`
+	}
+	_ = json.Unmarshal(d.ExtraInfo, &x)
+	name := x.InputName
+	if name == "" {
+		// Details reads "ckpt_name: 'x.safetensors' not in [...]".
+		name, _, _ = strings.Cut(d.Details, ":")
+	}
+	if slices.Contains(modelInputs, strings.TrimSpace(name)) {
+		return true
+	}
+	v, _ := x.ReceivedValue.(string)
+	v = strings.ToLower(v)
+	for _, ext := range modelExts {
+		if strings.HasSuffix(v, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+// Error implements error, for example "comfy: prompt da61...: node 2
+// (ImageToMask) raised IndexError: index 3 is out of bounds".
+func (e *ExecutionError) Error() string {
+	return fmt.Sprintf("comfy: prompt %s: node %s (%s) raised %s: %s",
+		e.PromptID, e.NodeID, e.NodeType, e.ExceptionType, truncate(oneLine(e.ExceptionMessage), 300))
+}
+
+// OutOfMemory reports whether the node failed by running out of (GPU)
+// memory: the exception type is torch.OutOfMemoryError,
+// torch.cuda.OutOfMemoryError or another *OutOfMemoryError. Such a failure
+// depends on the server, so [IsRetryable] reports true for it.
+func (e *ExecutionError) OutOfMemory() bool {
+	return strings.HasSuffix(e.ExceptionType, "OutOfMemoryError")
+}
+
+// InterruptedError is the error of a prompt the server reports as
+// interrupted. It wraps [ErrInterrupted] and carries the message.
+type InterruptedError struct {
+	Msg *ExecutionInterrupted
+}
+
+// Error implements error.
+func (e *InterruptedError) Error() string {
+	if e.Msg == nil {
+		return ErrInterrupted.Error()
+	}
+	return fmt.Sprintf("comfy: prompt %s interrupted at node %s (%s)", e.Msg.PromptID, e.Msg.NodeID, e.Msg.NodeType)
+}
+
+// Unwrap returns ErrInterrupted.
+func (e *InterruptedError) Unwrap() error { return ErrInterrupted }
+
+// IsRetryable reports whether err is the server's fault, so that the same
+// request may succeed when retried, typically on another server:
+//
+//   - HTTP 5xx, 429 and 408 answers ([*HTTPError]);
+//   - network errors and timeouts, including context.DeadlineExceeded (a
+//     per-request deadline hit by a hanging server);
+//   - [ErrPromptLost], [ErrNotConnected] and [ErrBadResponse];
+//   - a [*PromptError] for which [PromptError.MissingOnServer] is true;
+//   - an [*ExecutionError] whose exception is an out-of-memory error
+//     ([ExecutionError.OutOfMemory]): another server may have more memory.
+//
+// It reports false for nil, validation errors, other execution errors (the
+// workflow's own failure), [ErrInterrupted], context.Canceled (the caller
+// gave up), [ErrClosed] and [ErrInvalidWorkflow].
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, ErrInterrupted) || errors.Is(err, ErrInvalidWorkflow) {
+		return false
+	}
+	var ee *ExecutionError
+	if errors.As(err, &ee) {
+		return ee.OutOfMemory()
+	}
+	var pe *PromptError
+	if errors.As(err, &pe) {
+		return pe.MissingOnServer()
+	}
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.StatusCode >= 500 || he.StatusCode == http.StatusTooManyRequests ||
+			he.StatusCode == http.StatusRequestTimeout
+	}
+	if errors.Is(err, ErrPromptLost) || errors.Is(err, ErrNotConnected) || errors.Is(err, ErrBadResponse) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var re *requestError
+	return errors.As(err, &re)
+}
+
+// IsWorkflowFault reports whether err says the workflow itself is bad, so
+// that running it anywhere else fails the same way: a [*PromptError] that
+// is not [PromptError.MissingOnServer], an [*ExecutionError] that is not
+// out of memory, or [ErrInvalidWorkflow].
+func IsWorkflowFault(err error) bool {
+	if errors.Is(err, ErrInvalidWorkflow) {
+		return true
+	}
+	var ee *ExecutionError
+	if errors.As(err, &ee) {
+		return !ee.OutOfMemory()
+	}
+	var pe *PromptError
+	if errors.As(err, &pe) {
+		return !pe.MissingOnServer()
+	}
+	return false
+}
+
+// StatusCode returns the HTTP status carried by an [*HTTPError] or
+// [*PromptError] in err's chain, or 0.
+func StatusCode(err error) int {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.StatusCode
+	}
+	var pe *PromptError
+	if errors.As(err, &pe) {
+		return pe.StatusCode
+	}
+	return 0
+}
+
+// badResponseError is an answer that could not be decoded. It matches
+// ErrBadResponse and reads "comfy: GET /queue: malformed server response: ...".
+type badResponseError struct {
+	op     string // "GET /queue"
+	detail string
+}
+
+func badResponse(op, detail string) error { return &badResponseError{op: op, detail: detail} }
+
+func (e *badResponseError) Error() string {
+	return "comfy: " + e.op + ": malformed server response: " + truncate(oneLine(e.detail), 300)
+}
+
+func (e *badResponseError) Unwrap() error { return ErrBadResponse }
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary.
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return nodeIDLess(keys[i], keys[j]) })
+	return keys
+}
+
+// nodeIDLess orders node ids numerically when both are integers ("2" <
+// "10"), otherwise as strings, numbers first.
+func nodeIDLess(a, b string) bool {
+	ai, aok := atoiStrict(a)
+	bi, bok := atoiStrict(b)
+	switch {
+	case aok && bok:
+		if ai != bi {
+			return ai < bi
+		}
+		return a < b
+	case aok:
+		return true
+	case bok:
+		return false
+	}
+	return a < b
+}
+
+func atoiStrict(s string) (int, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }

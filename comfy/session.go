@@ -1,10 +1,278 @@
 package comfy
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
 
-// session owns the WebSocket connection, its reader goroutine, reconnects,
-// and the prompts in flight. (Placeholder: being written.)
-type session struct{}
+	"github.com/coder/websocket"
+)
 
-func (s *session) init(c *Client)                  {}
-func (s *session) close(ctx context.Context) error { return nil }
+// pendingTTL is how long a message for an unknown prompt id is kept for a
+// prompt that may still register (a POST /prompt answer that is late).
+const pendingTTL = 2 * time.Minute
+
+// session owns the WebSocket connection (conn.go), its reader and pinger
+// goroutines, reconnects, the prompts in flight (run.go) and the health
+// check and reconnect follow-up (health.go).
+//
+// Lock order: session.mu before Prompt.mu. No lock is held across I/O.
+type session struct {
+	c   *Client
+	log *slog.Logger
+
+	// ctx is the lifecycle context: cancelled (cause ErrClosed) by close.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// wg owns every goroutine of the session: the manager, the health and
+	// follow loops, the per-connection reader and pinger, and one dispatch
+	// goroutine per prompt.
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+	stopped   chan struct{} // closed when wg is done, after close
+	followReq chan struct{} // 1-buffered: wakes the follow loop
+
+	mu       sync.Mutex
+	state    State
+	changed  chan struct{} // closed and replaced at every state change
+	started  bool
+	closed   bool
+	conn     *websocket.Conn
+	clientID string    // client id of the current (or last) connection
+	current  string    // prompt id this connection last saw executing
+	lastRecv time.Time // last message received on the current connection
+	lastErr  error     // last dial error, redacted
+	prompts  map[string]*Prompt
+	pending  []pendingMsg // messages for prompt ids not (yet) registered, oldest first
+}
+
+// pendingMsg is a message kept for a prompt id that is not registered yet.
+type pendingMsg struct {
+	id  string
+	msg Message
+	at  time.Time
+}
+
+func (s *session) init(c *Client) {
+	s.c = c
+	l := c.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	s.log = l.With(slog.String("component", "comfy.session"))
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.changed = make(chan struct{})
+	s.stopped = make(chan struct{})
+	s.followReq = make(chan struct{}, 1)
+	s.prompts = make(map[string]*Prompt)
+}
+
+// close stops the connection manager, closes the socket, ends every
+// unfinished prompt with ErrClosed and waits for every goroutine of the
+// session, or for ctx. It may be called again after ctx expired.
+func (s *session) close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.c == nil { // never initialised
+		s.mu.Unlock()
+		return nil
+	}
+	if !s.closed {
+		s.closed = true
+		s.setStateLocked(StateClosed)
+		// Stop the producers first (manager, reader, loops), then end the
+		// prompts: their dispatch goroutines drain and exit.
+		s.cancel(ErrClosed)
+		for id, p := range s.prompts {
+			p.end(nil, fmt.Errorf("comfy: prompt %s: %w", id, ErrClosed))
+			delete(s.prompts, id)
+		}
+		s.pending = nil
+	}
+	s.mu.Unlock()
+	s.stopOnce.Do(func() {
+		go func() { // ends when wg does; waits for owned goroutines only
+			s.wg.Wait()
+			close(s.stopped)
+		}()
+	})
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// setStateLocked records a state change and wakes StateChanged watchers.
+func (s *session) setStateLocked(st State) {
+	if s.state == st || s.state == StateClosed {
+		return
+	}
+	s.state = st
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// startLocked starts the connection manager and the background loops once.
+func (s *session) startLocked() {
+	if s.started || s.closed {
+		return
+	}
+	s.started = true
+	s.setStateLocked(StateConnecting)
+	s.wg.Go(s.manage)
+	s.wg.Go(s.healthLoop)
+	s.wg.Go(s.followLoop)
+}
+
+// Connect starts the client's WebSocket connection manager if it is not
+// running and waits until the connection is open or ctx ends. The manager
+// keeps the connection open, reconnecting with backoff after a drop, until
+// Close; it keeps trying in the background when Connect gives up.
+//
+// When ctx ends first, Connect returns an error wrapping both
+// [ErrNotConnected] and ctx.Err(). After Close it returns [ErrClosed].
+// Connect is safe to call concurrently and repeatedly.
+func (c *Client) Connect(ctx context.Context) error {
+	s := &c.sess
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.startLocked()
+	for {
+		switch s.state {
+		case StateConnected:
+			s.mu.Unlock()
+			return nil
+		case StateClosed:
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			last := s.lastErr
+			s.mu.Unlock()
+			if last != nil {
+				return fmt.Errorf("%w: %w (last dial error: %v)", ErrNotConnected, ctx.Err(), last)
+			}
+			return fmt.Errorf("%w: %w", ErrNotConnected, ctx.Err())
+		}
+		s.mu.Lock()
+	}
+}
+
+// State returns the current state of the WebSocket connection.
+func (c *Client) State() State {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	return c.sess.state
+}
+
+// StateChanged returns a channel that is closed at the next state change.
+// Every caller gets the same channel until the change, so any number of
+// watchers can wait on it without callbacks and without missing a change:
+// read State after it fires, then call StateChanged again.
+func (c *Client) StateChanged() <-chan struct{} {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	if c.sess.changed == nil { // not initialised: never changes
+		c.sess.changed = make(chan struct{})
+	}
+	return c.sess.changed
+}
+
+// route sends one decoded message to its prompt (or the pending buffer).
+// Called only from the reader goroutine of the current connection; it never
+// blocks on a prompt's consumer.
+func (s *session) route(m Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastRecv = time.Now()
+	id := m.PromptOf()
+	switch m := m.(type) {
+	case *Status, *FeatureFlags, *Unknown:
+		return // not about one prompt
+	case *ExecutionStart:
+		s.current = id
+	case *Executing:
+		if id != "" && !m.Done() {
+			s.current = id
+		}
+	case *Preview, *Text, *Progress, *UnknownBinary:
+	default:
+		if id == "" {
+			return
+		}
+	}
+	if id == "" {
+		// Type-1 previews, text frames, old progress and the reconnect-time
+		// executing name no prompt: they belong to the one running for us.
+		id = s.current
+		if id == "" {
+			return
+		}
+	}
+	if ex, ok := m.(*Executing); ok && ex.Done() && s.current == id {
+		s.current = ""
+	}
+	if p := s.prompts[id]; p != nil {
+		p.push(m)
+		return
+	}
+	s.addPendingLocked(id, m)
+}
+
+// addPendingLocked keeps m for a prompt id that may register later,
+// dropping expired and (beyond MaxPendingMessages) the oldest messages.
+func (s *session) addPendingLocked(id string, m Message) {
+	now := time.Now()
+	s.expirePendingLocked(now)
+	if limit := s.c.opts.MaxPendingMessages; limit > 0 && len(s.pending) >= limit {
+		n := len(s.pending) - limit + 1
+		clear(s.pending[:n])
+		s.pending = s.pending[n:]
+	}
+	s.pending = append(s.pending, pendingMsg{id: id, msg: m, at: now})
+}
+
+func (s *session) expirePendingLocked(now time.Time) {
+	n := 0
+	for n < len(s.pending) && now.Sub(s.pending[n].at) > pendingTTL {
+		n++
+	}
+	if n > 0 {
+		clear(s.pending[:n])
+		s.pending = s.pending[n:]
+	}
+}
+
+// replayPendingLocked hands p the buffered messages for id, in order.
+func (s *session) replayPendingLocked(id string, p *Prompt) {
+	s.expirePendingLocked(time.Now())
+	kept := s.pending[:0]
+	for _, pm := range s.pending {
+		if pm.id == id {
+			p.push(pm.msg)
+			continue
+		}
+		kept = append(kept, pm)
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
+}
+
+// wakeFollow asks the follow loop to look at the prompts now.
+func (s *session) wakeFollow() {
+	select {
+	case s.followReq <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,265 @@
+package comfy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+)
+
+// dialTimeout bounds one WebSocket dial (TCP, TLS and the upgrade).
+const dialTimeout = 30 * time.Second
+
+// featureFlagsMessage is the handshake that asks for type-4 previews.
+var featureFlagsMessage = []byte(`{"type":"feature_flags","data":{"supports_preview_metadata":true}}`)
+
+// manage is the connection manager: it dials, serves the connection until
+// it drops, and reconnects with backoff, until the session is closed.
+func (s *session) manage() {
+	ctx := s.ctx
+	failures := 0
+	for {
+		conn, clientID, err := s.dial(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			s.mu.Lock()
+			s.lastErr = err
+			if failures >= offlineAfter {
+				s.setStateLocked(StateOffline)
+			}
+			s.mu.Unlock()
+			level := slog.LevelInfo
+			if failures >= offlineAfter {
+				level = slog.LevelWarn
+			}
+			s.log.LogAttrs(ctx, level, "comfy: websocket dial failed",
+				slog.Int("attempt", failures), slog.String("error", err.Error()))
+			if !s.backoff(ctx, failures) {
+				return
+			}
+			continue
+		}
+		up := s.serve(ctx, conn, clientID)
+		if ctx.Err() != nil {
+			return
+		}
+		if up {
+			failures = 0
+		} else {
+			failures++
+		}
+		s.mu.Lock()
+		s.setStateLocked(StateReconnecting)
+		if failures >= offlineAfter {
+			s.setStateLocked(StateOffline)
+		}
+		s.mu.Unlock()
+		if !s.backoff(ctx, failures) {
+			return
+		}
+	}
+}
+
+// backoff waits before the next dial: exponential in the number of
+// consecutive failures, with full jitter between ReconnectMin and the
+// exponential ceiling (capped at ReconnectMax). It reports false when the
+// session is closed meanwhile.
+func (s *session) backoff(ctx context.Context, failures int) bool {
+	t := time.NewTimer(backoffDelay(s.c.opts.ReconnectMin, s.c.opts.ReconnectMax, failures))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// backoffDelay returns a random delay in [lo, min(hi, lo*2^failures)].
+func backoffDelay(lo, hi time.Duration, failures int) time.Duration {
+	if lo <= 0 {
+		lo = time.Millisecond
+	}
+	if hi < lo {
+		hi = lo
+	}
+	ceil := lo
+	for i := 0; i < failures && ceil < hi; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, hi)
+	return lo + rand.N(ceil-lo+1)
+}
+
+// dial opens a WebSocket with a fresh client id. Its error never contains
+// credentials.
+func (s *session) dial(ctx context.Context) (*websocket.Conn, string, error) {
+	c := s.c
+	clientID := strings.ReplaceAll(uuid.NewString(), "-", "")
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	u := c.wsURL(clientID)
+	conn, _, err := websocket.Dial(dctx, u, &websocket.DialOptions{
+		HTTPClient: c.http,
+		HTTPHeader: c.wsHeader(),
+	})
+	if err != nil {
+		return nil, "", redact(err, u, c)
+	}
+	conn.SetReadLimit(c.opts.ReadLimit)
+	if c.opts.PreviewMetadata {
+		// Must be the first message; the reply (if any) is not awaited.
+		if err := conn.Write(dctx, websocket.MessageText, featureFlagsMessage); err != nil {
+			conn.CloseNow()
+			return nil, "", redact(err, u, c)
+		}
+	}
+	return conn, clientID, nil
+}
+
+// serve runs one connection: it starts its reader and pinger, publishes
+// it once the server greeted it, and returns when the connection dropped
+// or the session closed. It reports whether the connection came up.
+func (s *session) serve(ctx context.Context, conn *websocket.Conn, clientID string) (up bool) {
+	// The reader's context is not the session's: on close the socket is
+	// closed with a close handshake, which needs the reader running.
+	connCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+
+	s.mu.Lock()
+	s.conn = conn
+	s.clientID = clientID
+	s.current = ""
+	s.lastRecv = time.Now()
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	greeted := make(chan struct{})
+	readDone := make(chan error, 1)
+	wg.Go(func() { readDone <- s.read(connCtx, conn, greeted) })
+	if s.c.opts.PingInterval > 0 {
+		wg.Go(func() { s.ping(connCtx, conn) })
+	}
+
+	// The server registers the client id, then sends the connect-time
+	// status: only after it are messages for prompts of this client id
+	// delivered, so only then is the client connected. A server that
+	// does not greet within PingTimeout is assumed to be up.
+	greet := time.NewTimer(s.c.opts.PingTimeout)
+	var err error
+	stopped := false
+	select {
+	case <-greeted:
+		up = true
+	case <-greet.C:
+		up = true
+		s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: no status message on connect; assuming connected")
+	case err = <-readDone:
+		stopped = true
+	case <-ctx.Done():
+	}
+	greet.Stop()
+	if up && ctx.Err() == nil {
+		s.mu.Lock()
+		s.lastRecv = time.Now()
+		s.lastErr = nil
+		s.setStateLocked(StateConnected)
+		s.mu.Unlock()
+		s.wakeFollow() // reconcile prompts submitted on earlier connections
+		s.log.LogAttrs(ctx, slog.LevelInfo, "comfy: websocket connected", slog.String("client_id", clientID))
+		select {
+		case err = <-readDone:
+			stopped = true
+		case <-ctx.Done():
+		}
+	}
+	if stopped {
+		conn.CloseNow()
+	} else {
+		conn.Close(websocket.StatusNormalClosure, "")
+	}
+	cancel()
+	wg.Wait()
+
+	s.mu.Lock()
+	s.conn = nil
+	s.current = ""
+	if !up && err != nil {
+		s.lastErr = err
+	}
+	s.mu.Unlock()
+	if ctx.Err() == nil {
+		msg := "connection lost"
+		if err != nil {
+			msg = s.c.scrub(err.Error())
+		}
+		s.log.LogAttrs(ctx, slog.LevelInfo, "comfy: websocket disconnected",
+			slog.String("client_id", clientID), slog.String("error", msg))
+	}
+	return up
+}
+
+// read is the connection's only reader. It always reads (control frames
+// arrive on the read path) and returns the error that ended the connection.
+func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan struct{}) error {
+	for first := true; ; first = false {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if first {
+			close(greeted)
+		}
+		var m Message
+		if typ == websocket.MessageBinary {
+			m, err = DecodeBinary(data)
+		} else {
+			m, err = DecodeMessage(data)
+		}
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: undecodable websocket message",
+				slog.Int("bytes", len(data)), slog.String("error", err.Error()))
+			continue
+		}
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: websocket message",
+				slog.String("type", m.MessageType()), slog.String("prompt_id", m.PromptOf()))
+		}
+		s.route(m)
+	}
+}
+
+// ping checks the connection every PingInterval; a missing pong closes it
+// (the reader then fails and the manager reconnects).
+func (s *session) ping(ctx context.Context, conn *websocket.Conn) {
+	t := time.NewTicker(s.c.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.c.opts.PingTimeout)
+		err := conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				return
+			}
+			s.log.LogAttrs(ctx, slog.LevelWarn, "comfy: websocket ping failed; reconnecting",
+				slog.String("error", s.c.scrub(err.Error())))
+			conn.CloseNow()
+			return
+		}
+	}
+}

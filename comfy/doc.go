@@ -1,0 +1,96 @@
+// Package comfy is a client for one ComfyUI server: its HTTP API, its
+// WebSocket, and the wire types of both.
+//
+// # Client
+//
+// [NewClient] takes the server's base URL and optional [ClientOptions]. It
+// does no I/O; HTTP methods work at once and the WebSocket is dialed when
+// needed. [Client.Close] releases everything; after it every method returns
+// an error wrapping [ErrClosed]. A Client is safe for concurrent use.
+//
+//	c, err := comfy.NewClient("http://127.0.0.1:8188", nil)
+//	...
+//	defer c.Close(ctx)
+//
+// # HTTP methods
+//
+// Each HTTP endpoint of the server has a method that takes a context first:
+// [Client.QueuePrompt] (POST /prompt), [Client.History] and
+// [Client.HistoryList] (GET /history), [Client.Queue] and
+// [Client.QueueRemaining], [Client.DeleteQueued], [Client.ClearQueue],
+// [Client.Interrupt], [Client.UploadImage], [Client.UploadMask],
+// [Client.View] (a streamed download), [Client.SystemStats],
+// [Client.ObjectInfo], [Client.Features] and [Client.Free]. Both old and new
+// server versions are understood (error envelopes, node_errors shapes,
+// history without status, queue items with extra elements). Answers are
+// read with size limits, and a hanging server is bounded by the context.
+//
+// Workflows are API-format graphs: [ParseWorkflow] decodes one keeping
+// 64-bit numbers exact, [Workflow.SetInput] edits it and [AsLink] recognises
+// links between nodes.
+//
+// # Running prompts
+//
+// [Client.Connect] dials the WebSocket (with a fresh client id per
+// connection) and keeps it open until Close: protocol pings detect a dead
+// socket, and a drop is followed by reconnects with exponential backoff and
+// jitter. [Client.State] and [Client.StateChanged] report the connection
+// (Connecting, Connected, Reconnecting, Offline after three failed attempts,
+// Closed) without callbacks.
+//
+// [Client.Submit] connects if needed, registers the prompt under a
+// client-generated UUID before posting it (so messages that outrun the POST
+// answer are kept) and returns once the server accepted it. [Prompt.Wait]
+// returns the [Result]: outputs from /history (polled until written), cached
+// nodes, partial node_errors. [Client.Run] is Submit then Wait, and
+// interrupts the prompt on the server when its context ends. Every message
+// for the prompt reaches [RunOptions].OnMessage in order, from a goroutine
+// of the prompt; a slow callback loses progress and previews, never
+// execution events.
+//
+// A prompt fails with [*ExecutionError] when a node raises, an error
+// wrapping [ErrInterrupted] when interrupted ([Prompt.Interrupt] deletes a
+// pending prompt or interrupts a running one) and [ErrPromptLost] when the
+// server no longer knows it (it restarted): requeue it. The client does not
+// trust the socket alone. After a reconnect it asks /queue then /history
+// about every prompt in flight and follows those of the old connection by
+// polling; while a prompt runs and the socket stays silent longer than
+// ClientOptions.SilenceThreshold, a health check does the same. A result
+// learned that way has [Result].Recovered set.
+//
+// # WebSocket messages
+//
+// [DecodeMessage] turns a JSON text frame into a typed [Message]
+// ([*Status], [*ExecutionStart], [*Executing], [*Progress],
+// [*ProgressState], [*Executed], [*ExecutionSuccess], [*ExecutionError],
+// [*ExecutionInterrupted], ...); types it does not know come back as
+// [*Unknown]. [DecodeBinary] decodes binary frames: previews ([*Preview],
+// types 1 and 4) and progress text ([*Text]). History entries carry the same
+// messages in [HistoryStatus.Messages].
+//
+// # Errors
+//
+// Errors are typed or wrap sentinels; test them with errors.Is and
+// errors.As. [*HTTPError] is an unexpected status, [*PromptError] a
+// validation failure of POST /prompt, [*ExecutionError] a node that raised
+// while running, [ErrInterrupted] an interrupted prompt, [ErrBadResponse] an
+// answer that could not be decoded. Two classifiers answer the question
+// a pool of servers asks: [IsRetryable] (the server's fault: another server
+// or a later attempt may succeed, including a missing model or node class
+// and an out-of-memory error) and [IsWorkflowFault] (the workflow is bad and
+// will fail everywhere). [StatusCode] extracts an HTTP status.
+//
+// # Authentication
+//
+// ComfyUI itself has no authentication, but proxies in front of it do.
+// ClientOptions carries extra headers (X-API-Key for Comfy Cloud), basic
+// auth (also taken from user:password@ in the URL), a bearer token and a
+// query token (token=... for ComfyUI-Login and RunPod-style proxies); the
+// APIPrefix option sends every request under /api. All of them are sent on
+// every HTTP request and on the WebSocket dial, but only to the server's
+// own host: on a redirect to another host (Comfy Cloud redirects /api/view
+// to a storage host) none of them is forwarded. No Origin header is sent.
+// Credentials never appear in errors or logs: URLs in errors are the base
+// URL plus the path, without query, and net/http's *url.Error is replaced by
+// an error with that redacted URL.
+package comfy

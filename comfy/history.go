@@ -1,0 +1,304 @@
+package comfy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+)
+
+// HistoryEntry is one finished prompt as GET /history reports it.
+type HistoryEntry struct {
+	PromptID string
+	// Number is the prompt's queue number (its priority).
+	Number float64
+	// Prompt is the workflow as the server stored it (after validation
+	// coerced the widget values).
+	Prompt json.RawMessage
+	// ExtraData is the prompt's extra_data (client_id, ...).
+	ExtraData map[string]json.RawMessage
+	// OutputsToExecute lists the output node ids that were to run.
+	OutputsToExecute []string
+	// Outputs maps node id to the node's UI output.
+	Outputs map[string]Output
+	// Status is nil on servers before 2024-01, which did not record it.
+	Status *HistoryStatus
+	// Meta maps node id to display information (servers 2024-08+).
+	Meta map[string]NodeMetaInfo
+}
+
+// HistoryStatus is the outcome recorded in a history entry.
+type HistoryStatus struct {
+	// StatusStr is "success" or "error" (also for an interrupted prompt).
+	StatusStr string
+	// Completed is true when the prompt ran to the end.
+	Completed bool
+	// Messages are the execution messages the server recorded
+	// (execution_start, execution_cached, then execution_success,
+	// execution_error or execution_interrupted), decoded as from the WebSocket.
+	Messages []Message
+}
+
+// NodeMetaInfo is one entry of a history entry's meta.
+type NodeMetaInfo struct {
+	NodeID      string `json:"node_id"`
+	DisplayNode string `json:"display_node"`
+	ParentNode  string `json:"parent_node"` // "" when null
+	RealNodeID  string `json:"real_node_id"`
+}
+
+// Err returns the prompt's outcome as an error: nil for success (and when
+// Status is absent, as on old servers); the [*ExecutionError] of an
+// execution_error; an [*InterruptedError], which wraps [ErrInterrupted], for
+// an interrupted prompt. A status "error" without either message gives a
+// plain error.
+func (e *HistoryEntry) Err() error {
+	if e == nil || e.Status == nil {
+		return nil
+	}
+	for i := len(e.Status.Messages) - 1; i >= 0; i-- {
+		switch m := e.Status.Messages[i].(type) {
+		case *ExecutionError:
+			return m
+		case *ExecutionInterrupted:
+			return &InterruptedError{Msg: m}
+		case *ExecutionSuccess:
+			return nil
+		}
+	}
+	if e.Status.StatusStr == "error" {
+		return fmt.Errorf("comfy: prompt %s: server reports status error without details", e.PromptID)
+	}
+	return nil
+}
+
+// Files returns every file record in the entry's outputs: nodes in id
+// order (numeric ids numerically), within a node the kinds sorted by name,
+// within a kind in list order.
+func (e *HistoryEntry) Files() []FileRef {
+	if e == nil {
+		return nil
+	}
+	var out []FileRef
+	for _, id := range sortedKeys(e.Outputs) {
+		out = append(out, e.Outputs[id].Files()...)
+	}
+	return out
+}
+
+// Files returns the file records in the output: every item of every kind's
+// list that is an object with a string "filename", kinds sorted by name.
+// Items that are not file records (the "animated" bools, "text" strings)
+// are skipped.
+func (o Output) Files() []FileRef {
+	kinds := make([]string, 0, len(o))
+	for k := range o {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var out []FileRef
+	for _, k := range kinds {
+		var items []json.RawMessage
+		if json.Unmarshal(o[k], &items) != nil {
+			continue
+		}
+		for _, it := range items {
+			var f struct {
+				Filename  *string `json:"filename"`
+				Subfolder any     `json:"subfolder"`
+				Type      any     `json:"type"`
+			}
+			if json.Unmarshal(it, &f) != nil || f.Filename == nil {
+				continue
+			}
+			sub, _ := f.Subfolder.(string)
+			typ, _ := f.Type.(string)
+			out = append(out, FileRef{Filename: *f.Filename, Subfolder: sub, Type: typ})
+		}
+	}
+	return out
+}
+
+// HistoryOptions selects a page of GET /history.
+type HistoryOptions struct {
+	// MaxItems returns the newest MaxItems entries (or, with Offset, that
+	// many from Offset). Zero means all: up to 10 000 entries, which can
+	// be hundreds of megabytes; prefer a limit.
+	MaxItems int
+	// Offset skips the oldest Offset entries (servers 0.3.60+).
+	Offset int
+}
+
+// History returns the history entry of one prompt (GET /history/{id}). It
+// returns (nil, nil) when the server has no entry: the prompt is unknown or
+// not finished yet (history is written when a prompt completes).
+func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, error) {
+	if promptID == "" {
+		return nil, errors.New("comfy: History: empty prompt id")
+	}
+	r := request{method: http.MethodGet, path: "/history/" + url.PathEscape(promptID)}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.readBody(resp, r, bigLimit)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := decodeHistory(b)
+	if err != nil {
+		return nil, badResponse("GET "+c.prefix()+r.path, err.Error())
+	}
+	for _, e := range entries {
+		if e.PromptID == promptID {
+			return e, nil
+		}
+	}
+	return nil, nil
+}
+
+// HistoryList returns history entries oldest first (GET /history).
+func (c *Client) HistoryList(ctx context.Context, opts *HistoryOptions) ([]*HistoryEntry, error) {
+	q := url.Values{}
+	if opts != nil {
+		if opts.MaxItems < 0 || opts.Offset < 0 {
+			return nil, errors.New("comfy: HistoryOptions.MaxItems and Offset cannot be negative")
+		}
+		if opts.MaxItems > 0 {
+			q.Set("max_items", strconv.Itoa(opts.MaxItems))
+		}
+		if opts.Offset > 0 {
+			q.Set("offset", strconv.Itoa(opts.Offset))
+		}
+	}
+	r := request{method: http.MethodGet, path: "/history", query: q}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.readBody(resp, r, bigLimit)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := decodeHistory(b)
+	if err != nil {
+		return nil, badResponse("GET "+c.prefix()+r.path, err.Error())
+	}
+	return entries, nil
+}
+
+// DeleteHistory removes history entries (POST /history {"delete": ids}).
+// Unknown ids are ignored. No ids sends nothing.
+func (c *Client) DeleteHistory(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return c.checkClosed("POST " + c.prefix() + "/history")
+	}
+	r, err := jsonRequest(http.MethodPost, "/history", map[string][]string{"delete": ids})
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}
+
+// ClearHistory removes every history entry (POST /history {"clear": true}).
+func (c *Client) ClearHistory(ctx context.Context) error {
+	r, err := jsonRequest(http.MethodPost, "/history", map[string]bool{"clear": true})
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}
+
+// decodeHistory decodes a /history answer, an object of prompt id to entry,
+// keeping the server's order (oldest first).
+func decodeHistory(b []byte) ([]*HistoryEntry, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("history is not an object")
+	}
+	var out []*HistoryEntry
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		id, _ := tok.(string) // object keys are always strings
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		e, err := decodeHistoryEntry(id, raw)
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: %w", id, err)
+		}
+		out = append(out, e)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("data after the history object")
+	}
+	return out, nil
+}
+
+// decodeHistoryEntry decodes one entry of /history.
+func decodeHistoryEntry(id string, raw []byte) (*HistoryEntry, error) {
+	var w struct {
+		Prompt  json.RawMessage   `json:"prompt"`
+		Outputs map[string]Output `json:"outputs"`
+		Status  *struct {
+			StatusStr string            `json:"status_str"`
+			Completed bool              `json:"completed"`
+			Messages  []json.RawMessage `json:"messages"`
+		} `json:"status"`
+		Meta map[string]NodeMetaInfo `json:"meta"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, err
+	}
+	e := &HistoryEntry{PromptID: id, Outputs: w.Outputs, Meta: w.Meta}
+	if !isNull(w.Prompt) {
+		item, err := decodeQueueItem(w.Prompt)
+		if err != nil {
+			return nil, fmt.Errorf("prompt: %w", err)
+		}
+		e.Number, e.Prompt, e.ExtraData, e.OutputsToExecute = item.Number, item.Prompt, item.ExtraData, item.OutputsToExecute
+		if e.PromptID == "" {
+			e.PromptID = item.PromptID
+		}
+	}
+	if w.Status != nil {
+		st := &HistoryStatus{StatusStr: w.Status.StatusStr, Completed: w.Status.Completed}
+		for i, pair := range w.Status.Messages {
+			var p []json.RawMessage
+			if err := json.Unmarshal(pair, &p); err != nil || len(p) < 1 {
+				return nil, fmt.Errorf("status message %d is not an [event, data] pair", i)
+			}
+			var name string
+			if err := json.Unmarshal(p[0], &name); err != nil {
+				return nil, fmt.Errorf("status message %d has no event name", i)
+			}
+			var data json.RawMessage
+			if len(p) > 1 {
+				data = p[1]
+			}
+			m, err := decodeTyped(name, data)
+			if err != nil {
+				return nil, err
+			}
+			st.Messages = append(st.Messages, m)
+		}
+		e.Status = st
+	}
+	return e, nil
+}

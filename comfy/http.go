@@ -1,0 +1,290 @@
+package comfy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+// Response size limits. JSON answers that can be large (the whole
+// /object_info, history lists) get bigLimit; everything else smallLimit.
+const (
+	bigLimit   = 64 << 20
+	smallLimit = 1 << 20
+)
+
+// readBody reads and closes resp.Body, at most limit bytes. A longer body is
+// an error wrapping ErrBadResponse; a read failure is a *requestError.
+func (c *Client) readBody(resp *http.Response, r request, limit int64) ([]byte, error) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: redact(err, c.endpoint(r.path, r.query), c)}
+	}
+	if int64(len(b)) > limit {
+		return nil, badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
+	}
+	return b, nil
+}
+
+// call sends r, expects 2xx, and decodes a JSON answer into out (nil: the
+// body is drained and ignored).
+func (c *Client) call(ctx context.Context, r request, limit int64, out any) error {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return err
+	}
+	b, err := c.readBody(resp, r, limit)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return badResponse(r.method+" "+c.prefix()+r.path, err.Error())
+	}
+	return nil
+}
+
+// jsonRequest builds a request with a JSON body.
+func jsonRequest(method, path string, body any) (request, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return request{}, fmt.Errorf("comfy: %s %s: encode body: %w", method, path, err)
+	}
+	return request{method: method, path: path, body: bytes.NewReader(b), ctype: "application/json"}, nil
+}
+
+// QueuePrompt queues a workflow (POST /prompt) and returns the server's
+// prompt id and queue number.
+//
+// A validation failure (400 with an error envelope, old or new shape) is a
+// [*PromptError]; another non-2xx status is an [*HTTPError]; a 2xx answer
+// that cannot be decoded wraps [ErrBadResponse]. A nil request or an empty
+// workflow wraps [ErrInvalidWorkflow] and sends nothing.
+func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptResponse, error) {
+	if req == nil || len(req.Prompt) == 0 {
+		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: empty workflow", c.prefix(), ErrInvalidWorkflow)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: %w", c.prefix(), ErrInvalidWorkflow, err)
+	}
+	r := request{method: http.MethodPost, path: "/prompt", body: bytes.NewReader(body), ctype: "application/json"}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.readBody(resp, r, smallLimit)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := decodePromptResponse(resp.StatusCode, c.prefix()+r.path, b)
+	var he *HTTPError
+	if errors.As(err, &he) {
+		he.Body = c.scrub(he.Body)
+	}
+	return pr, err
+}
+
+// QueueRemaining returns the number of prompts pending or running (GET /prompt).
+func (c *Client) QueueRemaining(ctx context.Context) (int, error) {
+	var w struct {
+		ExecInfo *struct {
+			QueueRemaining jsonInt `json:"queue_remaining"`
+		} `json:"exec_info"`
+	}
+	r := request{method: http.MethodGet, path: "/prompt"}
+	if err := c.call(ctx, r, smallLimit, &w); err != nil {
+		return 0, err
+	}
+	if w.ExecInfo == nil {
+		return 0, badResponse("GET "+c.prefix()+"/prompt", "no exec_info")
+	}
+	return int(w.ExecInfo.QueueRemaining), nil
+}
+
+// Interrupt stops the prompt promptID if it is running (POST /interrupt
+// {"prompt_id"}); a prompt that is not running is left alone. An empty
+// promptID interrupts whatever runs (a global interrupt).
+func (c *Client) Interrupt(ctx context.Context, promptID string) error {
+	body := map[string]string{}
+	if promptID != "" {
+		body["prompt_id"] = promptID
+	}
+	r, err := jsonRequest(http.MethodPost, "/interrupt", body)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}
+
+// FreeOptions is the body of POST /free.
+type FreeOptions struct {
+	// UnloadModels unloads every model from memory.
+	UnloadModels bool `json:"unload_models,omitempty"`
+	// FreeMemory frees cached memory.
+	FreeMemory bool `json:"free_memory,omitempty"`
+}
+
+// Free asks the server to unload models and/or free memory (POST /free).
+func (c *Client) Free(ctx context.Context, opts FreeOptions) error {
+	r, err := jsonRequest(http.MethodPost, "/free", opts)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}
+
+// SystemStats is the answer of GET /system_stats.
+type SystemStats struct {
+	System  System   `json:"system"`
+	Devices []Device `json:"devices"`
+}
+
+// System describes the server host and its software versions.
+type System struct {
+	OS             string   `json:"os"`
+	RAMTotal       int64    `json:"ram_total"`
+	RAMFree        int64    `json:"ram_free"`
+	ComfyUIVersion string   `json:"comfyui_version"` // empty before 2024-12
+	PythonVersion  string   `json:"python_version"`
+	PyTorchVersion string   `json:"pytorch_version"`
+	EmbeddedPython bool     `json:"embedded_python"`
+	Argv           []string `json:"argv"`
+}
+
+// Device is one compute device (a GPU, or "cpu").
+type Device struct {
+	Name           string `json:"name"`
+	Type           string `json:"type"`
+	Index          *int   `json:"index"` // nil for the CPU
+	VRAMTotal      int64  `json:"vram_total"`
+	VRAMFree       int64  `json:"vram_free"`
+	TorchVRAMTotal int64  `json:"torch_vram_total"`
+	TorchVRAMFree  int64  `json:"torch_vram_free"`
+}
+
+// SystemStats returns the server's host, versions and devices
+// (GET /system_stats). It is a cheap liveness probe.
+func (c *Client) SystemStats(ctx context.Context) (*SystemStats, error) {
+	var s SystemStats
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/system_stats"}, smallLimit, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// NodeInfo describes one node class (an entry of GET /object_info).
+type NodeInfo struct {
+	// Input holds the raw input specs by section.
+	Input NodeInputs `json:"input"`
+	// InputOrder lists input names per section ("required", "optional", "hidden").
+	InputOrder   map[string][]string `json:"input_order"`
+	Output       []string            `json:"output"`
+	OutputIsList []bool              `json:"output_is_list"`
+	OutputName   []string            `json:"output_name"`
+	Name         string              `json:"name"`
+	DisplayName  string              `json:"display_name"` // may be empty (null) on V3 nodes
+	Description  string              `json:"description"`
+	PythonModule string              `json:"python_module"`
+	Category     string              `json:"category"`
+	OutputNode   bool                `json:"output_node"`
+}
+
+// NodeInputs holds a node's input specs, raw: each is a JSON list
+// [type-or-options, {options}] (see [NodeInfo.ComboOptions]).
+type NodeInputs struct {
+	Required map[string]json.RawMessage `json:"required"`
+	Optional map[string]json.RawMessage `json:"optional"`
+	Hidden   map[string]json.RawMessage `json:"hidden"`
+}
+
+// ComboOptions returns the allowed values of a combo input (for example
+// the checkpoint names of ckpt_name), or nil when input is not a combo. It
+// accepts both spec shapes: legacy [["a", "b"], {...}] and the 2025 V3
+// ["COMBO", {"options": ["a", "b"], ...}].
+func (n NodeInfo) ComboOptions(input string) []string {
+	spec, ok := n.Input.Required[input]
+	if !ok {
+		spec, ok = n.Input.Optional[input]
+	}
+	if !ok {
+		return nil
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(spec, &parts) != nil || len(parts) == 0 {
+		return nil
+	}
+	var opts []string
+	if json.Unmarshal(parts[0], &opts) == nil {
+		return nonNil(opts)
+	}
+	var typ string
+	if json.Unmarshal(parts[0], &typ) != nil || typ != "COMBO" || len(parts) < 2 {
+		return nil
+	}
+	var cfg struct {
+		Options []any `json:"options"`
+	}
+	if json.Unmarshal(parts[1], &cfg) != nil {
+		return nil
+	}
+	out := make([]string, 0, len(cfg.Options))
+	for _, o := range cfg.Options {
+		switch o := o.(type) {
+		case string:
+			out = append(out, o)
+		case float64, bool:
+			out = append(out, fmt.Sprint(o))
+		}
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// ObjectInfo returns the node classes the server knows (GET /object_info),
+// or only class (GET /object_info/{class}) when class is not empty. An
+// unknown class gives an empty map and no error. The full answer is often
+// several megabytes; it is read up to 64 MiB.
+func (c *Client) ObjectInfo(ctx context.Context, class string) (map[string]NodeInfo, error) {
+	path := "/object_info"
+	if class != "" {
+		path += "/" + url.PathEscape(class)
+	}
+	var m map[string]NodeInfo
+	if err := c.call(ctx, request{method: http.MethodGet, path: path}, bigLimit, &m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]NodeInfo{}
+	}
+	return m, nil
+}
+
+// Features returns the server's feature flags (GET /features, servers
+// 0.3.45+), for example supports_preview_metadata and max_upload_size. An
+// older server answers 404, which gives an empty map and no error.
+func (c *Client) Features(ctx context.Context) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	err := c.call(ctx, request{method: http.MethodGet, path: "/features"}, smallLimit, &m)
+	if errors.Is(err, ErrNotFound) {
+		return map[string]json.RawMessage{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	return m, nil
+}

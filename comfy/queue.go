@@ -1,0 +1,146 @@
+package comfy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+)
+
+// QueueItem is one prompt in GET /queue: the server's tuple
+// [number, prompt_id, prompt, extra_data, outputs_to_execute].
+type QueueItem struct {
+	Number           float64
+	PromptID         string
+	Prompt           json.RawMessage
+	ExtraData        map[string]json.RawMessage
+	OutputsToExecute []string
+}
+
+// QueueState is the server's queue. Running holds at most one item (the
+// server has one worker); Pending is sorted in run order, by (Number,
+// PromptID).
+type QueueState struct {
+	Running, Pending []QueueItem
+}
+
+// Find reports whether promptID is running or pending.
+func (q *QueueState) Find(promptID string) (running, pending bool) {
+	if q == nil {
+		return false, false
+	}
+	for _, it := range q.Running {
+		if it.PromptID == promptID {
+			return true, false
+		}
+	}
+	for _, it := range q.Pending {
+		if it.PromptID == promptID {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// Queue returns the running and pending prompts (GET /queue).
+func (c *Client) Queue(ctx context.Context) (*QueueState, error) {
+	var w struct {
+		Running []json.RawMessage `json:"queue_running"`
+		Pending []json.RawMessage `json:"queue_pending"`
+	}
+	r := request{method: http.MethodGet, path: "/queue"}
+	if err := c.call(ctx, r, bigLimit, &w); err != nil {
+		return nil, err
+	}
+	q, err := decodeQueueState(w.Running, w.Pending)
+	if err != nil {
+		return nil, badResponse("GET "+c.prefix()+"/queue", err.Error())
+	}
+	return q, nil
+}
+
+func decodeQueueState(running, pending []json.RawMessage) (*QueueState, error) {
+	q := &QueueState{}
+	for i, raw := range running {
+		it, err := decodeQueueItem(raw)
+		if err != nil {
+			return nil, fmt.Errorf("queue_running[%d]: %w", i, err)
+		}
+		q.Running = append(q.Running, it)
+	}
+	for i, raw := range pending {
+		it, err := decodeQueueItem(raw)
+		if err != nil {
+			return nil, fmt.Errorf("queue_pending[%d]: %w", i, err)
+		}
+		q.Pending = append(q.Pending, it)
+	}
+	sort.SliceStable(q.Pending, func(i, j int) bool {
+		a, b := q.Pending[i], q.Pending[j]
+		if a.Number != b.Number {
+			return a.Number < b.Number
+		}
+		return a.PromptID < b.PromptID
+	})
+	return q, nil
+}
+
+// decodeQueueItem decodes the tuple [number, prompt_id, prompt, extra_data,
+// outputs_to_execute]. Only indexes 0 to 4 are read: newer servers may add
+// elements.
+func decodeQueueItem(raw []byte) (QueueItem, error) {
+	var t []json.RawMessage
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return QueueItem{}, errors.New("queue item is not a list")
+	}
+	if len(t) < 2 {
+		return QueueItem{}, fmt.Errorf("queue item has %d elements, want 5", len(t))
+	}
+	var it QueueItem
+	if err := json.Unmarshal(t[0], &it.Number); err != nil {
+		return QueueItem{}, errors.New("queue item number is not a number")
+	}
+	if err := json.Unmarshal(t[1], &it.PromptID); err != nil {
+		return QueueItem{}, errors.New("queue item prompt id is not a string")
+	}
+	if len(t) > 2 && !isNull(t[2]) {
+		it.Prompt = t[2]
+	}
+	if len(t) > 3 {
+		if err := json.Unmarshal(t[3], &it.ExtraData); err != nil {
+			return QueueItem{}, errors.New("queue item extra_data is not an object")
+		}
+	}
+	if len(t) > 4 {
+		if err := json.Unmarshal(t[4], &it.OutputsToExecute); err != nil {
+			return QueueItem{}, errors.New("queue item outputs_to_execute is not a list of strings")
+		}
+	}
+	return it, nil
+}
+
+// DeleteQueued removes pending prompts (POST /queue {"delete": ids}). A
+// running or unknown id is silently ignored by the server: use [Client.Interrupt]
+// for a running prompt. No ids sends nothing.
+func (c *Client) DeleteQueued(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return c.checkClosed("POST " + c.prefix() + "/queue")
+	}
+	r, err := jsonRequest(http.MethodPost, "/queue", map[string][]string{"delete": ids})
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}
+
+// ClearQueue removes every pending prompt (POST /queue {"clear": true}).
+// The running prompt is not touched.
+func (c *Client) ClearQueue(ctx context.Context) error {
+	r, err := jsonRequest(http.MethodPost, "/queue", map[string]bool{"clear": true})
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, smallLimit, nil)
+}

@@ -1,0 +1,321 @@
+package comfy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"strconv"
+)
+
+// Workflow is a ComfyUI workflow in API format: node id to [Node]. It is
+// what POST /prompt takes ("Export (API)" in the ComfyUI menu), not the UI
+// format with "nodes" and "links".
+type Workflow map[string]Node
+
+// Node is one node of an API-format workflow. An input value is either a
+// widget value (number, string, bool, ...) or a link to another node's
+// output, the two-element list [node_id, output_index] (see [AsLink]).
+type Node struct {
+	ClassType string         `json:"class_type"`
+	Inputs    map[string]any `json:"inputs"`
+	Meta      *NodeMeta      `json:"_meta,omitempty"`
+}
+
+// NodeMeta is the optional "_meta" of a node. Newer servers quote Title in
+// missing_node_type errors.
+type NodeMeta struct {
+	Title string `json:"title,omitempty"`
+}
+
+// ParseWorkflow decodes an API-format workflow. Numbers are kept as
+// json.Number, so 64-bit seeds survive a round trip exactly. It rejects
+// (with an error wrapping [ErrInvalidWorkflow]) anything but a non-empty
+// JSON object of nodes, a node that is not an object or has no class_type,
+// inputs that are not an object, and a UI-format workflow.
+func ParseWorkflow(data []byte) (Workflow, error) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidWorkflow, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the workflow object", ErrInvalidWorkflow)
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrInvalidWorkflow)
+	}
+	if _, ok := raw["nodes"]; ok {
+		if _, ok := raw["links"]; ok {
+			return nil, fmt.Errorf("%w: UI-format workflow (nodes and links); export it with \"Export (API)\"", ErrInvalidWorkflow)
+		}
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%w: no nodes", ErrInvalidWorkflow)
+	}
+	w := make(Workflow, len(raw))
+	for id, b := range raw {
+		var n struct {
+			ClassType *string         `json:"class_type"`
+			Inputs    json.RawMessage `json:"inputs"`
+			Meta      *NodeMeta       `json:"_meta"`
+		}
+		if err := json.Unmarshal(b, &n); err != nil || isNull(b) {
+			return nil, fmt.Errorf("%w: node %q is not an object", ErrInvalidWorkflow, id)
+		}
+		if n.ClassType == nil || *n.ClassType == "" {
+			return nil, fmt.Errorf("%w: node %q has no class_type", ErrInvalidWorkflow, id)
+		}
+		node := Node{ClassType: *n.ClassType, Meta: n.Meta}
+		if !isNull(n.Inputs) {
+			d := json.NewDecoder(bytes.NewReader(n.Inputs))
+			d.UseNumber()
+			if err := d.Decode(&node.Inputs); err != nil {
+				return nil, fmt.Errorf("%w: node %q: inputs is not an object", ErrInvalidWorkflow, id)
+			}
+		}
+		if node.Inputs == nil {
+			node.Inputs = map[string]any{}
+		}
+		w[id] = node
+	}
+	return w, nil
+}
+
+// Clone returns a deep copy of w: nodes, inputs maps and the JSON values
+// inside them (lists and objects as decoded by ParseWorkflow: []any and
+// map[string]any). Values of other types are copied shallowly.
+func (w Workflow) Clone() Workflow {
+	if w == nil {
+		return nil
+	}
+	out := make(Workflow, len(w))
+	for id, n := range w {
+		c := Node{ClassType: n.ClassType}
+		if n.Meta != nil {
+			m := *n.Meta
+			c.Meta = &m
+		}
+		if n.Inputs != nil {
+			c.Inputs = make(map[string]any, len(n.Inputs))
+			for k, v := range n.Inputs {
+				c.Inputs[k] = cloneValue(v)
+			}
+		}
+		out[id] = c
+	}
+	return out
+}
+
+func cloneValue(v any) any {
+	switch v := v.(type) {
+	case []any:
+		c := make([]any, len(v))
+		for i, x := range v {
+			c[i] = cloneValue(x)
+		}
+		return c
+	case map[string]any:
+		c := make(map[string]any, len(v))
+		for k, x := range v {
+			c[k] = cloneValue(x)
+		}
+		return c
+	case []string:
+		return append([]string(nil), v...)
+	case map[string]string:
+		return maps.Clone(v)
+	}
+	return v
+}
+
+// SetInput sets input of node nodeID to value (a widget value, or a [Link]).
+// It returns an error wrapping [ErrInvalidWorkflow] when the node does not
+// exist or the input name is empty.
+func (w Workflow) SetInput(nodeID, input string, value any) error {
+	n, ok := w[nodeID]
+	if !ok {
+		return fmt.Errorf("%w: no node %q", ErrInvalidWorkflow, nodeID)
+	}
+	if input == "" {
+		return fmt.Errorf("%w: node %q: empty input name", ErrInvalidWorkflow, nodeID)
+	}
+	if n.Inputs == nil {
+		n.Inputs = map[string]any{}
+		w[nodeID] = n
+	}
+	n.Inputs[input] = value
+	return nil
+}
+
+// Link is an input connected to output number Output of node NodeID. It
+// marshals as the API format's ["node_id", output].
+type Link struct {
+	NodeID string
+	Output int
+}
+
+// MarshalJSON encodes the link as ["node_id", output].
+func (l Link) MarshalJSON() ([]byte, error) {
+	return json.Marshal([]any{l.NodeID, l.Output})
+}
+
+// AsLink reports whether an input value is a link, and returns it. It
+// accepts a [Link] and the decoded form [node_id, output] where node_id is
+// a string and output a non-negative integer (json.Number, float64 or int).
+func AsLink(v any) (Link, bool) {
+	switch v := v.(type) {
+	case Link:
+		return v, true
+	case *Link:
+		if v != nil {
+			return *v, true
+		}
+	case []any:
+		if len(v) != 2 {
+			return Link{}, false
+		}
+		id, ok := v[0].(string)
+		if !ok {
+			return Link{}, false
+		}
+		out, ok := asIndex(v[1])
+		if !ok {
+			return Link{}, false
+		}
+		return Link{NodeID: id, Output: out}, true
+	}
+	return Link{}, false
+}
+
+func asIndex(v any) (int, bool) {
+	switch v := v.(type) {
+	case json.Number:
+		i, err := strconv.ParseInt(string(v), 10, 32)
+		return int(i), err == nil && i >= 0
+	case float64:
+		return int(v), v >= 0 && v == math.Trunc(v) && v <= math.MaxInt32
+	case int:
+		return v, v >= 0
+	case int64:
+		return int(v), v >= 0 && v <= math.MaxInt32
+	}
+	return 0, false
+}
+
+// PromptRequest is the body of POST /prompt. Only Prompt is required.
+type PromptRequest struct {
+	// Prompt is the API-format workflow to run.
+	Prompt Workflow
+	// ClientID routes the prompt's WebSocket messages to the socket opened
+	// with this clientId. Empty sends them to nobody.
+	ClientID string
+	// PromptID asks for a client-chosen id (servers 0.3.45+; newer servers
+	// require a lowercase hyphenated UUID). Empty lets the server mint one.
+	PromptID string
+	// ExtraData is stored with the prompt (extra_pnginfo, api_key_comfy_org ...).
+	ExtraData map[string]any
+	// Front puts the prompt at the front of the queue (ignored when Number is set).
+	Front bool
+	// Number sets an explicit queue priority (lower runs first).
+	Number *float64
+	// PartialExecutionTargets limits execution to these output nodes (servers 0.3.48+).
+	PartialExecutionTargets []string
+}
+
+// MarshalJSON encodes the request in the server's field names.
+func (r *PromptRequest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Prompt                  Workflow       `json:"prompt"`
+		ClientID                string         `json:"client_id,omitempty"`
+		PromptID                string         `json:"prompt_id,omitempty"`
+		ExtraData               map[string]any `json:"extra_data,omitempty"`
+		Front                   bool           `json:"front,omitempty"`
+		Number                  *float64       `json:"number,omitempty"`
+		PartialExecutionTargets []string       `json:"partial_execution_targets,omitempty"`
+	}{r.Prompt, r.ClientID, r.PromptID, r.ExtraData, r.Front, r.Number, r.PartialExecutionTargets})
+}
+
+// PromptResponse is the server's acceptance of a prompt. NodeErrors may be
+// non-empty: when some output nodes fail validation and others pass, only
+// the valid ones run and the others are reported here.
+type PromptResponse struct {
+	PromptID   string
+	Number     float64
+	NodeErrors map[string]NodeError
+}
+
+// nodeErrors decodes node_errors as an object or (old servers) a list,
+// whose items are keyed by position.
+type nodeErrors map[string]NodeError
+
+func (n *nodeErrors) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		return nil
+	}
+	var m map[string]NodeError
+	if err := json.Unmarshal(b, &m); err == nil {
+		*n = m
+		return nil
+	}
+	var l []NodeError
+	if err := json.Unmarshal(b, &l); err != nil {
+		return errors.New("node_errors is neither an object nor a list")
+	}
+	if len(l) > 0 {
+		*n = make(map[string]NodeError, len(l))
+		for i, e := range l {
+			(*n)[strconv.Itoa(i)] = e
+		}
+	}
+	return nil
+}
+
+// decodePromptResponse interprets the answer to POST /prompt: a 2xx body is
+// a *PromptResponse; a 400 with a JSON error envelope is a *PromptError; any
+// other status is an *HTTPError. A 2xx body that does not decode, or lacks
+// prompt_id, is an error wrapping ErrBadResponse.
+func decodePromptResponse(status int, path string, body []byte) (*PromptResponse, error) {
+	if status >= 200 && status <= 299 {
+		var w struct {
+			PromptID   *string    `json:"prompt_id"`
+			Number     float64    `json:"number"`
+			NodeErrors nodeErrors `json:"node_errors"`
+		}
+		if err := json.Unmarshal(body, &w); err != nil {
+			return nil, badResponse("POST "+path, err.Error())
+		}
+		if w.PromptID == nil || *w.PromptID == "" {
+			return nil, badResponse("POST "+path, "answer has no prompt_id")
+		}
+		var ne map[string]NodeError
+		if len(w.NodeErrors) > 0 {
+			ne = w.NodeErrors
+		}
+		return &PromptResponse{PromptID: *w.PromptID, Number: w.Number, NodeErrors: ne}, nil
+	}
+	if status == 400 {
+		var w struct {
+			Error      *ErrorDetail `json:"error"`
+			NodeErrors nodeErrors   `json:"node_errors"`
+		}
+		if err := json.Unmarshal(body, &w); err == nil && w.Error != nil {
+			var ne map[string]NodeError
+			if len(w.NodeErrors) > 0 {
+				ne = w.NodeErrors
+			}
+			return nil, &PromptError{StatusCode: status, Err: *w.Error, NodeErrors: ne}
+		}
+	}
+	return nil, &HTTPError{Method: "POST", Path: path, StatusCode: status, Body: string(truncBytes(body, 4<<10))}
+}
+
+func truncBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
