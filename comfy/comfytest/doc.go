@@ -40,6 +40,10 @@
 // it with s.Client(), also for the WebSocket dial
 // (websocket.DialOptions{HTTPClient: s.Client()}).
 //
+// NewTLSServer (or NewUnstartedServer then StartTLS) serves HTTPS and wss://
+// with a self-signed certificate that s.Client() trusts, for testing a
+// client behind a TLS proxy.
+//
 // Faithful quirks worth knowing:
 //   - execution_success (and error/interrupted) is sent before the history
 //     entry is written; /history/{id} answers {} until then. The end marker

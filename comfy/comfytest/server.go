@@ -2,6 +2,7 @@ package comfytest
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -28,6 +29,7 @@ type Server struct {
 	srv      *http.Server
 	client   *http.Client
 	mem      *memListener
+	cert     *x509.Certificate // set by StartTLS
 
 	ctx    context.Context // server lifetime
 	cancel context.CancelFunc
@@ -134,7 +136,7 @@ func newServer(opts *Options, inMemory bool) *Server {
 		allConns:     map[*wsConn]struct{}{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ErrorLog: nil}
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ErrorLog: slog.NewLogLogger(lg.Handler(), slog.LevelDebug)}
 	if inMemory {
 		s.mem = newMemListener()
 		s.listener = s.mem
