@@ -79,6 +79,15 @@ func run(ctx context.Context, serverURL string, out io.Writer) error {
 	}
 	defer client.Close(context.Background())
 
+	// Fail fast with a clear message when the server is not there: by
+	// itself the client keeps reconnecting until the context ends.
+	connectCtx, cancelConnect := context.WithTimeout(ctx, 10*time.Second)
+	err = client.Connect(connectCtx)
+	cancelConnect()
+	if err != nil {
+		return fmt.Errorf("cannot reach ComfyUI at %s: %w", client.BaseURL(), err)
+	}
+
 	wf, err := comfy.ParseWorkflow([]byte(workflow))
 	if err != nil {
 		return err
