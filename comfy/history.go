@@ -142,11 +142,7 @@ func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, e
 		return nil, errors.New("comfy: History: empty prompt id")
 	}
 	r := request{method: http.MethodGet, path: "/history/" + url.PathEscape(promptID)}
-	resp, err := c.do(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.readBody(resp, r, bigLimit)
+	b, err := c.fetch(ctx, r, bigLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -177,11 +173,7 @@ func (c *Client) HistoryList(ctx context.Context, opts *HistoryOptions) ([]*Hist
 		}
 	}
 	r := request{method: http.MethodGet, path: "/history", query: q}
-	resp, err := c.do(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.readBody(resp, r, bigLimit)
+	b, err := c.fetch(ctx, r, bigLimit)
 	if err != nil {
 		return nil, err
 	}

@@ -32,14 +32,19 @@ func (c *Client) readBody(resp *http.Response, r request, limit int64) ([]byte, 
 	return b, nil
 }
 
+// fetch sends r, expects 2xx, and returns the body, at most limit bytes.
+func (c *Client) fetch(ctx context.Context, r request, limit int64) ([]byte, error) {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return c.readBody(resp, r, limit)
+}
+
 // call sends r, expects 2xx, and decodes a JSON answer into out (nil: the
 // body is drained and ignored).
 func (c *Client) call(ctx context.Context, r request, limit int64, out any) error {
-	resp, err := c.do(ctx, r)
-	if err != nil {
-		return err
-	}
-	b, err := c.readBody(resp, r, limit)
+	b, err := c.fetch(ctx, r, limit)
 	if err != nil || out == nil {
 		return err
 	}
