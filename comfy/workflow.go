@@ -58,20 +58,30 @@ func ParseWorkflow(data []byte) (Workflow, error) {
 	}
 	w := make(Workflow, len(raw))
 	for id, b := range raw {
-		var n struct {
-			ClassType *string         `json:"class_type"`
-			Inputs    json.RawMessage `json:"inputs"`
-			Meta      *NodeMeta       `json:"_meta"`
-		}
-		if err := json.Unmarshal(b, &n); err != nil || isNull(b) {
+		// Keys are matched exactly, as ComfyUI does: encoding/json's
+		// case-insensitive struct matching would accept "Class_Type".
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
 			return nil, fmt.Errorf("%w: node %q is not an object", ErrInvalidWorkflow, id)
 		}
-		if n.ClassType == nil || *n.ClassType == "" {
+		var classType string
+		if ct, ok := fields["class_type"]; ok {
+			if err := json.Unmarshal(ct, &classType); err != nil {
+				return nil, fmt.Errorf("%w: node %q: class_type is not a string", ErrInvalidWorkflow, id)
+			}
+		}
+		if classType == "" {
 			return nil, fmt.Errorf("%w: node %q has no class_type", ErrInvalidWorkflow, id)
 		}
-		node := Node{ClassType: *n.ClassType, Meta: n.Meta}
-		if !isNull(n.Inputs) {
-			d := json.NewDecoder(bytes.NewReader(n.Inputs))
+		node := Node{ClassType: classType}
+		if m, ok := fields["_meta"]; ok && !isNull(m) {
+			node.Meta = new(NodeMeta)
+			if err := json.Unmarshal(m, node.Meta); err != nil {
+				return nil, fmt.Errorf("%w: node %q: _meta is not an object", ErrInvalidWorkflow, id)
+			}
+		}
+		if in := fields["inputs"]; len(in) > 0 && !isNull(in) {
+			d := json.NewDecoder(bytes.NewReader(in))
 			d.UseNumber()
 			if err := d.Decode(&node.Inputs); err != nil {
 				return nil, fmt.Errorf("%w: node %q: inputs is not an object", ErrInvalidWorkflow, id)

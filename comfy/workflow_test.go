@@ -48,6 +48,10 @@ func TestParseWorkflowRejects(t *testing.T) {
 		"inputs list":   `{"1": {"class_type": "X", "inputs": []}}`,
 		"UI format":     `{"nodes": [], "links": [], "version": 0.4}`,
 		"trailing":      `{"1": {"class_type": "X"}} {}`,
+		// ComfyUI matches keys exactly; so must we.
+		"Class_Type":     `{"1": {"Class_Type": "X", "inputs": {}}}`,
+		"class_type num": `{"1": {"class_type": 5, "inputs": {}}}`,
+		"_meta not obj":  `{"1": {"class_type": "X", "_meta": "t"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			w, err := comfy.ParseWorkflow([]byte(in))
