@@ -11,20 +11,25 @@ import (
 // the closed state, and then calls the driver; so a driver may assume:
 //
 //   - IDs and tokens are non-empty; durations are positive where required;
-//   - EnqueueParams.MaxAttempts >= 1 and Requires is sorted and deduplicated
-//     with no empty tag;
+//   - EnqueueParams.MaxAttempts >= 1 and Requires and ExcludeBackends are
+//     sorted and deduplicated with no empty entry;
 //   - LeaseParams.Workflows is nil (any) or non-empty and deduplicated,
-//     LeaseParams.Tags is deduplicated, Backend is non-empty;
+//     LeaseParams.Tags, ExcludeWorkflows and PreferWorkflows are sorted and
+//     deduplicated (nil when empty), Backend is non-empty;
 //   - params are not retained by the caller after the call (but the driver
 //     must copy slices and maps it keeps, and return fresh copies of jobs).
 //
 // Semantics every driver must honour (the queuetest conformance suite checks
 // them):
 //
-//   - Lease returns the best eligible job: highest Priority, then oldest
-//     EnqueuedAt, then lowest enqueue sequence; eligible means queued (or
-//     retrying with AvailableAt <= now), Workflow in LeaseParams.Workflows
-//     (unless nil) and Requires ⊆ Tags. It returns (nil, nil) when none.
+//   - Lease returns the best eligible job: highest Priority, then Workflow
+//     in LeaseParams.PreferWorkflows, then oldest EnqueuedAt, then lowest
+//     enqueue sequence; eligible means queued (or retrying with AvailableAt
+//     <= now), Workflow in LeaseParams.Workflows (unless nil) and not in
+//     ExcludeWorkflows, Requires ⊆ Tags, and LeaseParams.Backend not in the
+//     job's ExcludeBackends. It returns (nil, nil) when none.
+//   - Fail with FailParams.ExcludeBackend adds the attempt's backend to the
+//     job's ExcludeBackends.
 //     Concurrent Lease calls never return the same job.
 //   - A lease whose LeaseExpiresAt has passed is void: the job counts an
 //     attempt (a lessee that vanished may have crashed on it) and is queued

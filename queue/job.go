@@ -82,6 +82,11 @@ type Job struct {
 	// FinishedAt is when the job reached a terminal state.
 	FinishedAt time.Time
 
+	// ExcludeBackends lists backends that must not lease the job (a
+	// per-job exclusion, grown by Fail with FailParams.ExcludeBackend).
+	// Sorted, without duplicates.
+	ExcludeBackends []string
+
 	// LeasedBy is the backend of the current or last lease.
 	LeasedBy string
 	// LeaseToken authorises Extend, Complete, Fail and Requeue; empty unless
@@ -117,6 +122,7 @@ func (j *Job) Clone() *Job {
 	c.Payload = slices.Clone(j.Payload)
 	c.Metadata = maps.Clone(j.Metadata)
 	c.Requires = slices.Clone(j.Requires)
+	c.ExcludeBackends = slices.Clone(j.ExcludeBackends)
 	c.Errors = slices.Clone(j.Errors)
 	c.Result = slices.Clone(j.Result)
 	return &c
@@ -141,6 +147,9 @@ type EnqueueParams struct {
 	// MaxAttempts is the number of counted attempts before the job is
 	// dead-lettered. Zero means DefaultMaxAttempts (3); negative is invalid.
 	MaxAttempts int
+	// ExcludeBackends lists backends that must never lease the job. Empty
+	// names are invalid; duplicates are removed and the list is sorted.
+	ExcludeBackends []string
 }
 
 // LeaseParams says which jobs a backend may run and for how long it leases one.
@@ -157,6 +166,15 @@ type LeaseParams struct {
 	// Duration of the lease; must be positive. The holder extends it with
 	// Extend before it runs out.
 	Duration time.Duration
+	// ExcludeWorkflows removes jobs whose Workflow is in the set (for
+	// example the workflows a failover strategy blocks on this backend).
+	// It applies after Workflows.
+	ExcludeWorkflows []string
+	// PreferWorkflows, among eligible jobs of the same highest priority,
+	// prefers those whose Workflow is in the set, then age (warm affinity:
+	// a backend that has a workflow's models loaded). The order is
+	// priority, then membership in PreferWorkflows, then age.
+	PreferWorkflows []string
 }
 
 // FailParams describes a failed attempt.
@@ -171,6 +189,9 @@ type FailParams struct {
 	// NoRetry dead-letters the job now, whatever attempts are left (for
 	// errors that retrying cannot fix).
 	NoRetry bool
+	// ExcludeBackend adds the backend of the attempt (Backend, or the
+	// lease's) to the job's ExcludeBackends, so that a retry runs elsewhere.
+	ExcludeBackend bool
 }
 
 // Stats is a snapshot of a queue's counters.

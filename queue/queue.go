@@ -50,6 +50,10 @@ func normalizeEnqueue(p EnqueueParams) (*EnqueueParams, error) {
 		return nil, invalidf("EnqueueParams.Requires cannot contain an empty tag")
 	}
 	p.Requires = sortedSet(p.Requires)
+	if slices.Contains(p.ExcludeBackends, "") {
+		return nil, invalidf("EnqueueParams.ExcludeBackends cannot contain an empty name")
+	}
+	p.ExcludeBackends = sortedSet(p.ExcludeBackends)
 	return &p, nil
 }
 
@@ -109,8 +113,10 @@ func (q *Queue) EnqueueWait(ctx context.Context, p EnqueueParams) (*Job, error) 
 }
 
 // Lease leases the best job the backend may run (highest priority, then
-// oldest, among jobs whose Workflow is in p.Workflows (nil: any) and whose
-// Requires ⊆ p.Tags), or returns nil, nil when there is none. It does not
+// membership in p.PreferWorkflows, then oldest, among jobs whose Workflow is
+// in p.Workflows (nil: any) and not in p.ExcludeWorkflows, whose Requires ⊆
+// p.Tags and whose ExcludeBackends does not name p.Backend), or returns
+// nil, nil when there is none. It does not
 // wait: use [Queue.Ready] to learn when to try again.
 func (q *Queue) Lease(ctx context.Context, p LeaseParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
@@ -129,6 +135,8 @@ func (q *Queue) Lease(ctx context.Context, p LeaseParams) (*Job, error) {
 		p.Workflows = sortedSet(p.Workflows)
 	}
 	p.Tags = sortedSet(p.Tags)
+	p.ExcludeWorkflows = sortedSet(p.ExcludeWorkflows)
+	p.PreferWorkflows = sortedSet(p.PreferWorkflows)
 	return q.d.Lease(ctx, &p)
 }
 

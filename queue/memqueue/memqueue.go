@@ -85,12 +85,13 @@ type entry struct {
 	retained *list.Element
 }
 
-// bucket holds the queued jobs of one (Workflow, Requires) combination, in
-// lease order. Lease looks only at bucket heads.
+// bucket holds the queued jobs of one (Workflow, Requires, ExcludeBackends)
+// combination, in lease order. Lease looks only at bucket heads.
 type bucket struct {
 	workflow string
 	key      string
 	requires []string
+	excludes []string
 	h        ixheap
 }
 
@@ -313,7 +314,7 @@ func (q *Queue) onTimer() {
 }
 
 func (q *Queue) bucketFor(e *entry) *bucket {
-	key := strings.Join(e.job.Requires, "\x00")
+	key := strings.Join(e.job.Requires, "\x00") + "\x01" + strings.Join(e.job.ExcludeBackends, "\x00")
 	m := q.buckets[e.job.Workflow]
 	if m == nil {
 		m = make(map[string]*bucket)
@@ -321,7 +322,7 @@ func (q *Queue) bucketFor(e *entry) *bucket {
 	}
 	b := m[key]
 	if b == nil {
-		b = &bucket{workflow: e.job.Workflow, key: key, requires: e.job.Requires}
+		b = &bucket{workflow: e.job.Workflow, key: key, requires: e.job.Requires, excludes: e.job.ExcludeBackends}
 		b.h = ixheap{less: readyLess, slot: func(e *entry) *int { return &e.readyIdx }}
 		m[key] = b
 	}
@@ -410,16 +411,17 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	q.seq++
 	e := &entry{seq: q.seq, readyIdx: -1, ageIdx: -1, timeIdx: -1}
 	e.job = queue.Job{
-		ID:             uuid.NewString(),
-		Priority:       p.Priority,
-		Payload:        slices.Clone(p.Payload),
-		Metadata:       maps.Clone(p.Metadata),
-		Workflow:       p.Workflow,
-		Requires:       slices.Clone(p.Requires),
-		IdempotencyKey: p.IdempotencyKey,
-		MaxAttempts:    max(p.MaxAttempts, 1),
-		EnqueuedAt:     now,
-		AvailableAt:    now,
+		ID:              uuid.NewString(),
+		Priority:        p.Priority,
+		Payload:         slices.Clone(p.Payload),
+		Metadata:        maps.Clone(p.Metadata),
+		Workflow:        p.Workflow,
+		Requires:        slices.Clone(p.Requires),
+		ExcludeBackends: slices.Clone(p.ExcludeBackends),
+		IdempotencyKey:  p.IdempotencyKey,
+		MaxAttempts:     max(p.MaxAttempts, 1),
+		EnqueuedAt:      now,
+		AvailableAt:     now,
 	}
 	q.jobs[e.job.ID] = e
 	if p.IdempotencyKey != "" {
@@ -430,13 +432,13 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	return e.job.Clone(), nil
 }
 
-func accepts(b *bucket, tags []string) bool {
+func accepts(b *bucket, p *queue.LeaseParams) bool {
 	for _, r := range b.requires {
-		if !slices.Contains(tags, r) {
+		if !slices.Contains(p.Tags, r) {
 			return false
 		}
 	}
-	return true
+	return !slices.Contains(b.excludes, p.Backend)
 }
 
 // Lease implements [queue.Driver].
@@ -447,20 +449,38 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	}
 	defer q.end(now)
 	var best *entry
-	consider := func(m map[string]*bucket) {
+	bestPref := false
+	// better orders bucket heads: priority, then PreferWorkflows, then age.
+	better := func(h *entry, pref bool) bool {
+		if best == nil {
+			return true
+		}
+		if h.job.Priority != best.job.Priority {
+			return h.job.Priority > best.job.Priority
+		}
+		if pref != bestPref {
+			return pref
+		}
+		return readyLess(h, best)
+	}
+	consider := func(w string, m map[string]*bucket) {
+		if slices.Contains(p.ExcludeWorkflows, w) {
+			return
+		}
+		pref := slices.Contains(p.PreferWorkflows, w)
 		for _, b := range m {
-			if h := b.h.peek(); h != nil && (best == nil || readyLess(h, best)) && accepts(b, p.Tags) {
-				best = h
+			if h := b.h.peek(); h != nil && better(h, pref) && accepts(b, p) {
+				best, bestPref = h, pref
 			}
 		}
 	}
 	if p.Workflows == nil {
-		for _, m := range q.buckets {
-			consider(m)
+		for w, m := range q.buckets {
+			consider(w, m)
 		}
 	} else {
 		for _, w := range p.Workflows {
-			consider(q.buckets[w])
+			consider(w, q.buckets[w])
 		}
 	}
 	if best == nil {
@@ -534,7 +554,12 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		return nil, err
 	}
 	q.leased.remove(e)
-	q.countFailure(e, cmp.Or(p.Backend, e.job.LeasedBy), p.Error, now)
+	backend := cmp.Or(p.Backend, e.job.LeasedBy)
+	q.countFailure(e, backend, p.Error, now)
+	if p.ExcludeBackend && backend != "" && !slices.Contains(e.job.ExcludeBackends, backend) {
+		e.job.ExcludeBackends = append(slices.Clone(e.job.ExcludeBackends), backend)
+		slices.Sort(e.job.ExcludeBackends)
+	}
 	switch {
 	case p.NoRetry || e.job.Attempts >= e.job.MaxAttempts:
 		q.finish(e, queue.StateDead, now)

@@ -142,6 +142,9 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	run("ConcurrentLessees", false, testConcurrentLessees)
 	run("Stats", false, testStats)
 	run("StatsOldestAge", true, testStatsOldestAge)
+	run("ExcludeWorkflows", false, testExcludeWorkflows)
+	run("PreferWorkflows", false, testPreferWorkflows)
+	run("ExcludeBackends", false, testExcludeBackends)
 	run("Validation", false, testValidation)
 	run("ContextDone", false, testContextDone)
 	run("Closed", false, testClosed)
@@ -803,4 +806,48 @@ func testClosed(e *env) {
 	assert.ErrorIs(e.t, err, queue.ErrClosed)
 	_, err = q.Stats(e.ctx)
 	assert.True(e.t, errors.Is(err, queue.ErrClosed))
+}
+
+func testExcludeWorkflows(e *env) {
+	q := e.newQueue()
+	a := e.enqueue(q, queue.EnqueueParams{Workflow: "A"})
+	b := e.enqueue(q, queue.EnqueueParams{Workflow: "B"})
+	got := e.leaseAll(q, queue.LeaseParams{ExcludeWorkflows: []string{"A"}})
+	assert.Equal(e.t, []string{b.ID}, got, "a job of an excluded workflow must not be leased")
+	got = e.leaseAll(q, queue.LeaseParams{Workflows: []string{"A", "B"}, ExcludeWorkflows: []string{"B"}})
+	assert.Equal(e.t, []string{a.ID}, got)
+}
+
+func testPreferWorkflows(e *env) {
+	q := e.newQueue()
+	a1 := e.enqueue(q, queue.EnqueueParams{Workflow: "A"})
+	b1 := e.enqueue(q, queue.EnqueueParams{Workflow: "B"})
+	a2 := e.enqueue(q, queue.EnqueueParams{Workflow: "A"})
+	hi := e.enqueue(q, queue.EnqueueParams{Workflow: "A", Priority: 5})
+	b2 := e.enqueue(q, queue.EnqueueParams{Workflow: "B"})
+	got := e.leaseAll(q, queue.LeaseParams{PreferWorkflows: []string{"B"}})
+	// Priority first, then the preferred workflow, then age.
+	assert.Equal(e.t, []string{hi.ID, b1.ID, b2.ID, a1.ID, a2.ID}, got)
+}
+
+func testExcludeBackends(e *env) {
+	q := e.newQueue()
+	j := e.enqueue(q, queue.EnqueueParams{ExcludeBackends: []string{"gpu-1", "gpu-1"}})
+	assert.Equal(e.t, []string{"gpu-1"}, j.ExcludeBackends)
+	assert.Nil(e.t, e.lease(q, queue.LeaseParams{Backend: "gpu-1"}), "an excluded backend must not lease the job")
+	l := e.lease(q, queue.LeaseParams{Backend: "gpu-2"})
+	require.NotNil(e.t, l)
+	require.Equal(e.t, j.ID, l.ID)
+
+	// Fail with ExcludeBackend adds the attempt's backend.
+	f, err := q.Fail(e.ctx, l.ID, l.LeaseToken, queue.FailParams{Error: "boom", ExcludeBackend: true})
+	require.NoError(e.t, err)
+	assert.Equal(e.t, []string{"gpu-1", "gpu-2"}, f.ExcludeBackends)
+	assert.Nil(e.t, e.lease(q, queue.LeaseParams{Backend: "gpu-2"}))
+	l = e.lease(q, queue.LeaseParams{Backend: "gpu-3"})
+	require.NotNil(e.t, l)
+	assert.Equal(e.t, j.ID, l.ID)
+
+	_, err = q.Enqueue(e.ctx, queue.EnqueueParams{ExcludeBackends: []string{""}})
+	assert.ErrorIs(e.t, err, queue.ErrInvalid)
 }
