@@ -1,0 +1,183 @@
+package pool
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Defaults of Config fields.
+const (
+	DefaultLeaseDuration = 5 * time.Minute
+	DefaultSubmitTimeout = time.Minute
+	DefaultBackoffMin    = time.Second
+	DefaultBackoffMax    = 30 * time.Second
+	DefaultEventBuffer   = 256
+	DefaultRetention     = time.Hour
+	DefaultMaxRetained   = 10_000
+)
+
+// Config configures a Pool. New copies it; the caller's struct is never
+// modified. Every field documents its default; a zero value means that
+// default.
+type Config struct {
+	// Backends are the ComfyUI servers of the pool. At least one is
+	// required; names must be unique and non-empty.
+	Backends []BackendConfig
+
+	// Queue holds the jobs. Defaults to an in-memory queue (memqueue with
+	// its defaults) that the Pool owns and closes in Stop. A caller-supplied
+	// Queue is never closed by the Pool. A Queue must not be shared by two
+	// running Pools (the Pool keeps each job's workflow in memory).
+	Queue *queue.Queue
+
+	// Failover configures the SmartFailover that blocks (backend, workflow)
+	// pairs after backend faults. Defaults to failover's defaults (block
+	// after 1 failure, 60s cooldown). Its OnEvent, if set, is called in
+	// addition to the Pool's own handling (events, dispatcher wake-up).
+	Failover *failover.Config
+
+	// LeaseDuration is the queue lease of a running job; the Pool extends
+	// it every third of this while the job runs. Defaults to 5m.
+	LeaseDuration time.Duration
+
+	// SubmitTimeout bounds connecting to a backend and posting a prompt
+	// when the job has no Timeouts.Start. Defaults to 1m.
+	SubmitTimeout time.Duration
+
+	// BackoffMin and BackoffMax bound the exponential backoff (with jitter)
+	// before retrying a job after a backend fault: attempt n waits about
+	// BackoffMin*2^(n-1), capped at BackoffMax. Defaults 1s and 30s.
+	// BackoffMin -1 retries at once.
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+
+	// EventBuffer is the channel capacity of each Subscribe. Defaults to
+	// 256. A subscriber that falls behind loses events (counted in
+	// Stats.EventsDropped); the Pool never blocks on it.
+	EventBuffer int
+
+	// Retention and MaxRetained bound the terminal job records the Pool
+	// keeps for Wait and Job: a record is dropped Retention after the job
+	// ended or when more than MaxRetained are kept (oldest first).
+	// Defaults 1h and 10,000.
+	Retention   time.Duration
+	MaxRetained int
+
+	// Logger receives the Pool's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Test holds test-only knobs.
+	Test TestConfig
+}
+
+// TestConfig holds test-only knobs.
+type TestConfig struct {
+	// DisableJitter makes retry backoff exact.
+	DisableJitter bool
+}
+
+// BackendConfig describes one ComfyUI server.
+type BackendConfig struct {
+	// Name identifies the backend in events, job records and failover.
+	// Required and unique.
+	Name string
+	// URL is the server's base URL (see comfy.NewClient). Required.
+	URL string
+	// Client configures the comfy.Client the Pool creates (and closes in
+	// Stop) for this backend: auth, HTTP client, timeouts. Nil means
+	// defaults. It is copied.
+	Client *comfy.ClientOptions
+	// MaxInFlight is how many prompts the Pool keeps submitted to the
+	// backend at once. Defaults to 1; more lets the next prompt wait in the
+	// server's own queue.
+	MaxInFlight int
+	// Workflows, when not nil, is the strict set of workflow structure
+	// hashes the backend runs: it never receives any other workflow.
+	// Nil means any workflow. An empty non-nil slice is invalid.
+	Workflows []hash.Sum
+	// Tags are the backend's capabilities; a job that requires tags
+	// (EnqueueOpts.Tags) runs only on backends that have them all.
+	Tags []string
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	d.Backends = slices.Clone(c.Backends)
+	for i := range d.Backends {
+		b := &d.Backends[i]
+		b.MaxInFlight = cmp.Or(b.MaxInFlight, 1)
+		b.Workflows = slices.Clone(b.Workflows)
+		b.Tags = slices.Clone(b.Tags)
+		if b.Client != nil {
+			o := *b.Client
+			b.Client = &o
+		}
+	}
+	d.LeaseDuration = cmp.Or(d.LeaseDuration, DefaultLeaseDuration)
+	d.SubmitTimeout = cmp.Or(d.SubmitTimeout, DefaultSubmitTimeout)
+	d.BackoffMin = cmp.Or(d.BackoffMin, DefaultBackoffMin)
+	d.BackoffMax = cmp.Or(d.BackoffMax, DefaultBackoffMax)
+	d.EventBuffer = cmp.Or(d.EventBuffer, DefaultEventBuffer)
+	d.Retention = cmp.Or(d.Retention, DefaultRetention)
+	d.MaxRetained = cmp.Or(d.MaxRetained, DefaultMaxRetained)
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if c.Failover != nil {
+		f := *c.Failover
+		d.Failover = &f
+	} else {
+		d.Failover = &failover.Config{}
+	}
+	return d
+}
+
+func (c *Config) validate() error {
+	if len(c.Backends) == 0 {
+		return errors.New("pool: Backends must contain at least one entry")
+	}
+	seen := map[string]bool{}
+	for i, b := range c.Backends {
+		switch {
+		case b.Name == "":
+			return fmt.Errorf("pool: Backends[%d].Name is required", i)
+		case seen[b.Name]:
+			return fmt.Errorf("pool: Backends[%d].Name %q is used twice", i, b.Name)
+		case b.URL == "":
+			return fmt.Errorf("pool: Backends[%d].URL is required", i)
+		case b.MaxInFlight < 0:
+			return fmt.Errorf("pool: Backends[%d].MaxInFlight cannot be negative", i)
+		case b.Workflows != nil && len(b.Workflows) == 0:
+			return fmt.Errorf("pool: Backends[%d].Workflows cannot be empty (nil means any workflow)", i)
+		case slices.Contains(b.Tags, ""):
+			return fmt.Errorf("pool: Backends[%d].Tags cannot contain an empty tag", i)
+		}
+		seen[b.Name] = true
+	}
+	switch {
+	case c.LeaseDuration < 0:
+		return errors.New("pool: LeaseDuration cannot be negative")
+	case c.SubmitTimeout < 0:
+		return errors.New("pool: SubmitTimeout cannot be negative")
+	case c.BackoffMin < -1:
+		return errors.New("pool: BackoffMin must be positive, 0 (default) or -1 (no delay)")
+	case c.BackoffMax < 0:
+		return errors.New("pool: BackoffMax cannot be negative")
+	case c.EventBuffer < 0:
+		return errors.New("pool: EventBuffer cannot be negative")
+	case c.Retention < 0:
+		return errors.New("pool: Retention cannot be negative")
+	case c.MaxRetained < 0:
+		return errors.New("pool: MaxRetained cannot be negative")
+	}
+	return nil
+}

@@ -1,0 +1,360 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/queue"
+)
+
+// dispatchLoop is the Pool's one dispatcher. It sleeps until something may
+// let a job run (a job became leasable, a slot freed, a backend changed
+// state, a failover block ended) and then leases for every free backend.
+func (p *Pool) dispatchLoop() {
+	ready := p.q.Ready()
+	var poll <-chan time.Time
+	if ready == nil { // a driver without queue.Notifier: the only polling case
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		poll = t.C
+	}
+	for {
+		p.dispatch()
+		select {
+		case <-ready:
+		case <-p.wake:
+		case <-poll:
+		case <-p.stopCh:
+			return
+		}
+	}
+}
+
+// dispatch leases jobs for free backends until none can take more.
+func (p *Pool) dispatch() {
+	for {
+		progressed := false
+		for _, b := range p.backends {
+			select {
+			case <-p.stopCh:
+				return
+			default:
+			}
+			if b.client.State() != comfy.StateConnected {
+				continue
+			}
+			p.mu.Lock()
+			if b.inflight >= b.cfg.MaxInFlight {
+				p.mu.Unlock()
+				continue
+			}
+			var excl []string
+			for w := range p.workflows {
+				if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
+					excl = append(excl, w)
+				}
+			}
+			prefer := b.last
+			b.inflight++
+			p.mu.Unlock()
+			lp := queue.LeaseParams{
+				Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.cfg.Tags,
+				Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl,
+			}
+			if prefer != "" {
+				lp.PreferWorkflows = []string{prefer}
+			}
+			qj, err := p.q.Lease(p.hardCtx, lp)
+			if err != nil || qj == nil {
+				if err != nil && !errors.Is(err, queue.ErrClosed) {
+					p.log.Warn("lease failed", "backend", b.cfg.Name, "err", err)
+				}
+				p.mu.Lock()
+				b.inflight--
+				p.mu.Unlock()
+				continue
+			}
+			progressed = true
+			p.wg.Go(func() { p.runJob(b, qj) })
+		}
+		if !progressed {
+			return
+		}
+	}
+}
+
+// release frees a slot of b and wakes the dispatcher.
+func (p *Pool) release(b *backend) {
+	p.mu.Lock()
+	b.inflight--
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *Pool) backoff(n int) time.Duration {
+	if p.cfg.BackoffMin < 0 {
+		return 0
+	}
+	d := p.cfg.BackoffMin
+	for i := 1; i < n && d < p.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, p.cfg.BackoffMax)
+	if !p.cfg.Test.DisableJitter && d > 1 {
+		d = d/2 + rand.N(d/2)
+	}
+	return max(d, 1)
+}
+
+// bgCtx bounds queue writes and interrupts that must happen even while the
+// Pool stops.
+func bgCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+// runJob runs one leased job on b: submit, watch, and settle the lease.
+func (p *Pool) runJob(b *backend, qj *queue.Job) {
+	defer p.release(b)
+	p.mu.Lock()
+	js := p.jobs[qj.ID]
+	if js == nil {
+		p.mu.Unlock()
+		ctx, cancel := bgCtx()
+		defer cancel()
+		_, _ = p.q.Fail(ctx, qj.ID, qj.LeaseToken, queue.FailParams{Error: "pool: job unknown to this pool", NoRetry: true})
+		p.log.Error("leased a job this pool does not know", "job_id", qj.ID)
+		return
+	}
+	js.leased = true
+	if js.cancelled || js.terminal {
+		p.mu.Unlock()
+		p.settleCancelled(js, qj.LeaseToken)
+		return
+	}
+	now := time.Now()
+	js.status = StatusRunning
+	js.backend = b.cfg.Name
+	js.promptID = ""
+	js.startedAt = now
+	attemptNo := len(js.attempts) + 1
+	p.mu.Unlock()
+	att := Attempt{Backend: b.cfg.Name, Started: now}
+
+	// ctx ends when Stop gives up waiting (hard stop).
+	ctx := p.hardCtx
+	promptID := uuid.NewString()
+	att.PromptID = promptID
+	var startedOnce, execOnce sync.Once
+	execStarted := make(chan struct{})
+	emitStarted := func(id string) {
+		startedOnce.Do(func() {
+			p.mu.Lock()
+			js.promptID = id
+			p.mu.Unlock()
+			p.events.publish(Event{Kind: EventJobStarted, JobID: js.id, Backend: b.cfg.Name, Attempt: attemptNo, PromptID: id})
+		})
+	}
+	onMsg := func(m comfy.Message) {
+		emitStarted(promptID) // a message for the prompt means the server accepted it
+		ev := Event{JobID: js.id, Backend: b.cfg.Name, Attempt: attemptNo, PromptID: promptID}
+		switch m := m.(type) {
+		case *comfy.ExecutionStart, *comfy.Executing, *comfy.ExecutionCached:
+			execOnce.Do(func() { close(execStarted) })
+			return
+		case *comfy.Progress:
+			ev.Kind, ev.Progress = EventJobProgress, &ProgressEvent{Node: m.Node, Value: m.Value, Max: m.Max}
+		case *comfy.Preview:
+			ev.Kind, ev.Preview = EventJobPreview, &PreviewEvent{MIMEType: m.MIMEType, Image: m.Image}
+		case *comfy.Executed:
+			if m.Output == nil {
+				return
+			}
+			ev.Kind, ev.Output = EventJobOutput, &OutputEvent{Node: m.Node, Output: m.Output}
+		default:
+			return
+		}
+		p.events.publish(ev)
+	}
+
+	var startC <-chan time.Time
+	submitBound := p.cfg.SubmitTimeout
+	if d := js.opts.Timeouts.Start; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		startC = t.C
+		submitBound = d
+	}
+	subCtx, subCancel := context.WithTimeout(ctx, submitBound)
+	prompt, err := b.client.Submit(subCtx, js.wf, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg})
+	subCancel()
+	if err == nil {
+		att.PromptID = prompt.ID()
+		emitStarted(prompt.ID())
+		var res *comfy.Result
+		res, err = p.watchPrompt(ctx, js, qj, prompt, execStarted, startC)
+		if err == nil {
+			p.completed(js, b, qj.LeaseToken, att, res)
+			return
+		}
+	}
+	p.settle(ctx, js, b, qj.LeaseToken, att, err)
+}
+
+// watchPrompt waits for the prompt to end, heartbeating the lease and
+// interrupting it on cancel, timeout or hard stop. It returns the prompt's
+// result, or the error that ended it (a start timeout replaces the
+// interrupt error).
+func (p *Pool) watchPrompt(ctx context.Context, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
+	hb := time.NewTicker(max(p.cfg.LeaseDuration/3, time.Millisecond))
+	defer hb.Stop()
+	var cause error
+	interrupt := func(why error) {
+		if cause == nil {
+			cause = why
+		}
+		ictx, cancel := bgCtx()
+		defer cancel()
+		_ = prompt.Interrupt(ictx)
+	}
+	cancelCh, ctxDone := js.cancelCh, ctx.Done()
+	for {
+		select {
+		case <-prompt.Done():
+			res, err := prompt.Wait(context.Background())
+			if err != nil && cause != nil {
+				err = cause
+			}
+			return res, err
+		case <-hb.C:
+			if _, err := p.q.Extend(ctx, qj.ID, qj.LeaseToken, p.cfg.LeaseDuration); errors.Is(err, queue.ErrLeaseLost) {
+				interrupt(err) // cancelled or expired: someone else owns the job now
+			}
+		case <-execStarted:
+			execStarted, startC = nil, nil
+		case <-startC:
+			startC = nil
+			interrupt(&TimeoutError{Which: "start"})
+		case <-cancelCh:
+			cancelCh = nil
+			interrupt(ErrCancelled)
+		case <-ctxDone:
+			ctxDone = nil
+			interrupt(context.Cause(ctx))
+		}
+	}
+}
+
+func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cres *comfy.Result) {
+	p.mu.Lock()
+	cancelled := js.cancelled
+	p.mu.Unlock()
+	if cancelled { // the server finished before the interrupt landed
+		p.settleCancelled(js, token)
+		return
+	}
+	att.Ended = time.Now()
+	ctx, cancel := bgCtx()
+	defer cancel()
+	if _, err := p.q.Complete(ctx, js.id, token, nil); err != nil {
+		p.log.Warn("complete failed", "job_id", js.id, "err", err)
+	}
+	p.fo.RecordSuccess(failover.Key{Backend: b.cfg.Name, Workflow: js.hash})
+	p.mu.Lock()
+	b.last = js.hash
+	js.attempts = append(js.attempts, att)
+	res := &Result{
+		JobID: js.id, Backend: b.cfg.Name, PromptID: cres.PromptID, Outputs: cres.Outputs,
+		Attempts: slices.Clone(js.attempts), Comfy: cres,
+	}
+	p.mu.Unlock()
+	p.finish(js, StatusCompleted, res, nil)
+}
+
+// settleCancelled ends a job whose cancel (or queue/overall timeout) was
+// requested while this runner held its lease.
+func (p *Pool) settleCancelled(js *jobState, token string) {
+	p.mu.Lock()
+	timedOut := js.timedOut
+	p.mu.Unlock()
+	ctx, cancel := bgCtx()
+	defer cancel()
+	if timedOut != nil {
+		_, _ = p.q.Fail(ctx, js.id, token, queue.FailParams{Error: timedOut.Error(), NoRetry: true})
+		p.finish(js, StatusFailed, nil, timedOut)
+		return
+	}
+	_, _ = p.q.Cancel(ctx, js.id)
+	p.finish(js, StatusCancelled, nil, ErrCancelled)
+}
+
+// settle handles a failed attempt (err != nil).
+func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) {
+	p.mu.Lock()
+	cancelled := js.cancelled
+	p.mu.Unlock()
+	if cancelled {
+		p.settleCancelled(js, token)
+		return
+	}
+	qctx, cancel := bgCtx()
+	defer cancel()
+	if ctx.Err() != nil { // hard stop: give the job back without an attempt
+		if _, rerr := p.q.Requeue(qctx, js.id, token); rerr != nil {
+			p.log.Warn("requeue on stop failed", "job_id", js.id, "err", rerr)
+		}
+		p.mu.Lock()
+		js.status, js.leased = StatusQueued, false
+		p.mu.Unlock()
+		return
+	}
+	class := p.fo.RecordFailure(failover.Key{Backend: b.cfg.Name, Workflow: js.hash}, err)
+	att.Err, att.Class, att.Ended = err, class, time.Now()
+	p.mu.Lock()
+	js.attempts = append(js.attempts, att)
+	js.lastErr = err
+	n := len(js.attempts)
+	// Exclude the failed backend from the retry only if another backend may
+	// run the job; otherwise the retry waits for this one's cooldown.
+	exclude := false
+	for _, o := range p.backends {
+		if o != b && o.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, o.cfg.Name) {
+			exclude = true
+			break
+		}
+	}
+	p.mu.Unlock()
+	if class != failover.ClassBackend {
+		_, _ = p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), NoRetry: true})
+		p.finish(js, StatusFailed, nil, err)
+		return
+	}
+	delay := p.backoff(n)
+	qj, ferr := p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude})
+	if ferr != nil {
+		p.log.Warn("fail failed", "job_id", js.id, "err", ferr)
+		p.mu.Lock()
+		js.status, js.leased = StatusQueued, false
+		p.mu.Unlock()
+		return
+	}
+	if qj.State == queue.StateDead {
+		p.finish(js, StatusFailed, nil, err)
+		return
+	}
+	p.mu.Lock()
+	js.status, js.leased = StatusRetrying, false
+	if exclude {
+		js.excluded = append(js.excluded, b.cfg.Name)
+	}
+	p.mu.Unlock()
+	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "err", err)
+	p.events.publish(Event{Kind: EventJobRetrying, JobID: js.id, Backend: b.cfg.Name, Attempt: n, PromptID: att.PromptID, Err: err, RetryAfter: delay})
+}

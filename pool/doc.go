@@ -1,0 +1,67 @@
+// Package pool runs ComfyUI workflows on a pool of ComfyUI servers
+// (backends) through a job queue, with retries, failover, timeouts and typed
+// events.
+//
+// API is not stable before v1.
+//
+// # Setup
+//
+// A [Config] lists the backends; [New] validates it (copying it) and
+// [Pool.Start] connects every backend in the background and starts the
+// dispatcher. A backend that is down at start does not stop the Pool: it
+// takes work once its WebSocket connects. [Pool.Stop] stops dispatching,
+// lets in-flight prompts finish (or, when its context ends, interrupts them
+// and requeues their jobs without counting an attempt), then closes the
+// clients, the queue if the Pool created it, and every event channel.
+//
+//	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{
+//		{Name: "gpu-1", URL: "http://10.0.0.1:8188"},
+//		{Name: "gpu-2", URL: "http://10.0.0.2:8188", MaxInFlight: 2, Tags: []string{"sdxl"}},
+//	}})
+//	...
+//	if err := p.Start(ctx); err != nil { ... }
+//	defer p.Stop(ctx)
+//	res, err := p.Run(ctx, wf, &pool.EnqueueOpts{Priority: 1})
+//
+// # Jobs
+//
+// [Pool.Enqueue] stores a job in the queue (priority, metadata, attempts,
+// idempotency key, required tags, excluded backends, [Timeouts]) and returns
+// its ID; [Pool.Wait] waits for its [Result]; [Pool.Run] does both.
+// [Pool.Cancel] removes a queued job or interrupts a running one on its
+// backend; either way the job ends as cancelled, is not retried and blocks
+// no backend. [Pool.Job] returns the job's record: status, attempts (which
+// backend, which prompt, why it failed), timings. Terminal records are kept
+// for Config.Retention or up to Config.MaxRetained.
+//
+// Strict binding: a backend with BackendConfig.Workflows set only ever
+// receives those workflows (by structure hash, see package hash), and only
+// jobs whose tags it has. A job that no backend may run fails in Enqueue with
+// a [*NoBackendError].
+//
+// # Dispatch, retries and failover
+//
+// One dispatcher goroutine leases jobs for every backend that is connected
+// and below its MaxInFlight. It is event-driven: it wakes when the queue has
+// a leasable job, a slot frees, a backend changes state or a failover block
+// ends, never on a polling timer. A backend prefers the workflow it ran last
+// (its models are loaded) among jobs of the same priority.
+//
+// Each leased job runs in its own goroutine: submit, job:started, wait,
+// then settle. A backend fault (HTTP 5xx, a dropped connection, a lost
+// prompt, a start timeout) is recorded in the SmartFailover (which blocks
+// the backend-workflow pair for a cooldown) and the job is retried after an
+// exponential backoff with jitter, on another backend when one may run it,
+// else on the same one once its cooldown ends. A workflow fault (a
+// validation error, a node that raised) fails the job at once.
+//
+// # Events
+//
+// [Pool.Subscribe] returns a channel of [Event] for the kinds asked for
+// ("job:queued", "job:started", "job:progress", "job:preview", "job:output",
+// "job:retrying", "job:completed", "job:failed", "job:cancelled",
+// "client:state", "client:blocked_workflow", "client:unblocked_workflow",
+// "pool:ready", "pool:stopped"). Every job gets exactly one terminal event.
+// Sends never block the Pool: a full channel loses the event and
+// [Stats].EventsDropped counts it.
+package pool

@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrClosed is returned by Enqueue and Start after Stop, and by Wait for
+	// a job that did not finish before the Pool stopped.
+	ErrClosed = errors.New("pool: closed")
+	// ErrNotFound is returned for a job ID the Pool does not know (never
+	// enqueued here, or its terminal record was dropped by retention).
+	ErrNotFound = errors.New("pool: job not found")
+	// ErrCancelled is returned by Wait for a job that was cancelled.
+	ErrCancelled = errors.New("pool: job cancelled")
+	// ErrNoBackend is matched by the *NoBackendError Enqueue returns for a
+	// job that no configured backend may ever run.
+	ErrNoBackend = errors.New("pool: no backend may run the job")
+	// ErrTimeout is matched by *TimeoutError.
+	ErrTimeout = errors.New("pool: job timed out")
+	// ErrInvalid is wrapped by errors about bad arguments.
+	ErrInvalid = errors.New("pool: invalid argument")
+)
+
+// NoBackendError is returned by Enqueue when no backend may run the job:
+// none declares its workflow (strict binding), has all its tags, or is left
+// after its ExcludeBackends. It matches ErrNoBackend.
+type NoBackendError struct {
+	// Workflow is the job's structure hash.
+	Workflow string
+	// Tags are the job's required tags.
+	Tags []string
+}
+
+// Error implements error.
+func (e *NoBackendError) Error() string {
+	s := "pool: no backend may run workflow " + e.Workflow
+	if len(e.Tags) > 0 {
+		s += " with tags " + strings.Join(e.Tags, ",")
+	}
+	return s
+}
+
+// Is reports whether target is ErrNoBackend.
+func (e *NoBackendError) Is(target error) bool { return target == ErrNoBackend }
+
+// TimeoutError is a job timeout that fired. It matches ErrTimeout.
+type TimeoutError struct {
+	// Which is "queue", "start" or "overall" (see Timeouts).
+	Which string
+}
+
+// Error implements error.
+func (e *TimeoutError) Error() string { return fmt.Sprintf("pool: %s timeout", e.Which) }
+
+// Is reports whether target is ErrTimeout.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// JobError is returned by Wait for a job that failed. It carries the
+// attempts made. Unwrap gives the last attempt's error.
+type JobError struct {
+	// JobID is the failed job.
+	JobID string
+	// Attempts lists the attempts, oldest first.
+	Attempts []Attempt
+	// Err is the error that ended the job.
+	Err error
+}
+
+// Error implements error.
+func (e *JobError) Error() string {
+	return fmt.Sprintf("pool: job %s failed after %d attempt(s): %v", e.JobID, len(e.Attempts), e.Err)
+}
+
+// Unwrap returns the error that ended the job.
+func (e *JobError) Unwrap() error { return e.Err }

@@ -1,0 +1,166 @@
+package pool
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+)
+
+// EventKind names an Event. The values are stable strings, safe to log and
+// persist.
+type EventKind string
+
+// Event kinds.
+const (
+	EventJobQueued    EventKind = "job:queued"    // Enqueue accepted the job
+	EventJobStarted   EventKind = "job:started"   // a backend accepted the prompt (every attempt)
+	EventJobProgress  EventKind = "job:progress"  // Event.Progress
+	EventJobPreview   EventKind = "job:preview"   // Event.Preview
+	EventJobOutput    EventKind = "job:output"    // Event.Output: a node's UI output
+	EventJobRetrying  EventKind = "job:retrying"  // an attempt failed; Event.Err, Event.RetryAfter
+	EventJobCompleted EventKind = "job:completed" // terminal; Event.Result
+	EventJobFailed    EventKind = "job:failed"    // terminal; Event.Err
+	EventJobCancelled EventKind = "job:cancelled" // terminal
+
+	EventClientState             EventKind = "client:state"              // Event.State
+	EventClientBlockedWorkflow   EventKind = "client:blocked_workflow"   // Event.Failover
+	EventClientUnblockedWorkflow EventKind = "client:unblocked_workflow" // Event.Failover
+
+	EventPoolReady   EventKind = "pool:ready"   // Start returned
+	EventPoolStopped EventKind = "pool:stopped" // Stop finished; channels close next
+)
+
+var knownKinds = map[EventKind]bool{
+	EventJobQueued: true, EventJobStarted: true, EventJobProgress: true, EventJobPreview: true,
+	EventJobOutput: true, EventJobRetrying: true, EventJobCompleted: true, EventJobFailed: true,
+	EventJobCancelled: true, EventClientState: true, EventClientBlockedWorkflow: true,
+	EventClientUnblockedWorkflow: true, EventPoolReady: true, EventPoolStopped: true,
+}
+
+// Event is one event of the Pool. Kind says which payload field is set.
+type Event struct {
+	Kind EventKind
+	Time time.Time
+	// JobID, Backend and Attempt (1-based) are set for job events; Backend
+	// also for client events.
+	JobID   string
+	Backend string
+	Attempt int
+	// PromptID is the backend's prompt id, for job events after start.
+	PromptID string
+
+	Progress *ProgressEvent
+	Preview  *PreviewEvent
+	Output   *OutputEvent
+	Result   *Result
+	// Err is the failure of job:retrying and job:failed.
+	Err error
+	// RetryAfter is the delay before the next attempt (job:retrying).
+	RetryAfter time.Duration
+	// State is the backend's connection state (client:state).
+	State *comfy.State
+	// Failover is the block or unblock (client:*_workflow).
+	Failover *failover.Event
+}
+
+// ProgressEvent is a node's progress bar update.
+type ProgressEvent struct {
+	Node       string
+	Value, Max float64
+}
+
+// PreviewEvent is a preview image sent while a node runs.
+type PreviewEvent struct {
+	MIMEType string
+	Image    []byte
+}
+
+// OutputEvent is a node's UI output as the server announced it (executed).
+type OutputEvent struct {
+	Node   string
+	Output comfy.Output
+}
+
+type subscription struct {
+	ch    chan Event
+	kinds map[EventKind]bool
+}
+
+// bus fans events out to subscribers without ever blocking.
+type bus struct {
+	size    int
+	mu      sync.Mutex
+	subs    map[*subscription]struct{}
+	closed  bool
+	dropped atomic.Int64
+	onDrop  func()
+}
+
+func (b *bus) subscribe(kinds []EventKind) (<-chan Event, func()) {
+	if len(kinds) == 0 {
+		panic("pool: Subscribe needs at least one event kind")
+	}
+	s := &subscription{ch: make(chan Event, b.size), kinds: map[EventKind]bool{}}
+	for _, k := range kinds {
+		if !knownKinds[k] {
+			panic(fmt.Sprintf("pool: Subscribe: unknown event kind %q", k))
+		}
+		s.kinds[k] = true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		close(s.ch)
+		return s.ch, func() {}
+	}
+	if b.subs == nil {
+		b.subs = map[*subscription]struct{}{}
+	}
+	b.subs[s] = struct{}{}
+	return s.ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := b.subs[s]; ok {
+			delete(b.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+func (b *bus) publish(e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		if !s.kinds[e.Kind] {
+			continue
+		}
+		select {
+		case s.ch <- e:
+		default:
+			b.dropped.Add(1)
+			if b.onDrop != nil {
+				b.onDrop()
+			}
+		}
+	}
+}
+
+func (b *bus) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	for s := range b.subs {
+		close(s.ch)
+	}
+	b.subs = nil
+}

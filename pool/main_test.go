@@ -1,0 +1,29 @@
+package pool_test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestMain checks that tests using real loopback sockets (the Example, the
+// benchmarks) leave no goroutine behind; synctest checks the others.
+func TestMain(m *testing.M) {
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // grace for goroutines still exiting
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			stacks := string(buf[:runtime.Stack(buf, true)])
+			fmt.Fprintf(os.Stderr, "leaked goroutines: %d > %d\n%s\n", n, before, stacks)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

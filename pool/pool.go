@@ -1,0 +1,559 @@
+package pool
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/memqueue"
+)
+
+// errStopped is the cause of the contexts cancelled when Stop gives up
+// waiting for in-flight jobs.
+var errStopped = errors.New("pool: stopping")
+
+// Pool runs ComfyUI workflows on a set of backends through a job queue.
+// Create it with New, then Start it; Stop releases everything. A Pool is safe
+// for concurrent use by multiple goroutines.
+type Pool struct {
+	cfg      Config
+	log      *slog.Logger
+	q        *queue.Queue
+	ownQueue bool
+	fo       *failover.SmartFailover
+	backends []*backend
+	events   bus
+
+	wake      chan struct{} // 1-buffered, coalescing: dispatcher wake-up
+	stopCh    chan struct{} // closed when Stop begins: producers stop
+	stoppedCh chan struct{} // closed when Stop finished
+	hardCtx   context.Context
+	hardStop  context.CancelCauseFunc
+	wg        sync.WaitGroup // dispatcher, watchers, job runners
+
+	mu        sync.Mutex
+	started   bool
+	stopping  bool
+	stopped   bool
+	jobs      map[string]*jobState
+	retained  list.List      // terminal jobs, oldest first
+	workflows map[string]int // structure hash -> unfinished jobs
+	stopOnce  sync.Once
+}
+
+type backend struct {
+	cfg       BackendConfig
+	client    *comfy.Client
+	workflows []string // nil: any
+	inflight  int      // guarded by Pool.mu
+	last      string   // workflow run last; guarded by Pool.mu
+}
+
+func (b *backend) accepts(wf string, tags []string) bool {
+	if b.workflows != nil && !slices.Contains(b.workflows, wf) {
+		return false
+	}
+	for _, t := range tags {
+		if !slices.Contains(b.cfg.Tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// New validates cfg and returns a Pool that is not started. cfg is copied.
+// It creates one comfy.Client per backend (no I/O yet).
+func New(cfg *Config) (*Pool, error) {
+	if cfg == nil {
+		return nil, errors.New("pool: Config is required")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		cfg:       c,
+		log:       c.Logger.With("component", "pool"),
+		wake:      make(chan struct{}, 1),
+		stopCh:    make(chan struct{}),
+		stoppedCh: make(chan struct{}),
+		jobs:      map[string]*jobState{},
+		workflows: map[string]int{},
+	}
+	p.hardCtx, p.hardStop = context.WithCancelCause(context.Background())
+	p.events.size = c.EventBuffer
+	p.events.onDrop = p.dropWarner()
+	for _, bc := range c.Backends {
+		cl, err := comfy.NewClient(bc.URL, bc.Client)
+		if err != nil {
+			p.closeClients()
+			return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
+		}
+		b := &backend{cfg: bc, client: cl}
+		if bc.Workflows != nil {
+			for _, s := range bc.Workflows {
+				b.workflows = append(b.workflows, s.String())
+			}
+		}
+		p.backends = append(p.backends, b)
+	}
+	fc := *c.Failover
+	userOnEvent := fc.OnEvent
+	fc.OnEvent = func(e failover.Event) {
+		if userOnEvent != nil {
+			userOnEvent(e)
+		}
+		kind := EventClientBlockedWorkflow
+		if e.Kind == failover.EventUnblocked {
+			kind = EventClientUnblockedWorkflow
+			p.poke()
+		}
+		ev := e
+		p.events.publish(Event{Kind: kind, Backend: e.Key.Backend, Failover: &ev})
+	}
+	fo, err := failover.New(&fc)
+	if err != nil {
+		p.closeClients()
+		return nil, fmt.Errorf("pool: Failover: %w", err)
+	}
+	p.fo = fo
+	if c.Queue != nil {
+		p.q = c.Queue
+	} else {
+		d, err := memqueue.New(nil)
+		if err != nil {
+			p.closeClients()
+			fo.Close()
+			return nil, err
+		}
+		p.q, p.ownQueue = queue.New(d), true
+	}
+	return p, nil
+}
+
+func (p *Pool) dropWarner() func() {
+	var last time.Time
+	return func() { // called under the bus lock
+		if now := time.Now(); now.Sub(last) >= time.Second {
+			last = now
+			p.log.Warn("event dropped: a subscriber is not keeping up", "dropped_total", p.events.dropped.Load())
+		}
+	}
+}
+
+func (p *Pool) closeClients() {
+	for _, b := range p.backends {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = b.client.Close(ctx)
+		cancel()
+	}
+}
+
+// poke wakes the dispatcher.
+func (p *Pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start connects every backend in the background and starts the
+// dispatcher, then returns: a backend that is down does not stop the Pool;
+// it takes jobs once its WebSocket is connected. Start after Stop returns
+// ErrClosed; a second Start does nothing. ctx is not retained.
+func (p *Pool) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if p.started {
+		p.mu.Unlock()
+		return nil
+	}
+	p.started = true
+	p.mu.Unlock()
+	for _, b := range p.backends {
+		p.wg.Go(func() { p.watch(b) })
+	}
+	p.wg.Go(p.dispatchLoop)
+	p.log.Info("pool started", "backends", len(p.backends))
+	p.events.publish(Event{Kind: EventPoolReady})
+	return nil
+}
+
+// watch connects b and reports its state changes until Stop.
+func (p *Pool) watch(b *backend) {
+	ctx, cancel := context.WithCancel(p.hardCtx)
+	defer cancel()
+	go func() { // ends Connect's wait when Stop begins
+		select {
+		case <-p.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	changed := b.client.StateChanged()
+	_ = b.client.Connect(ctx) // keeps retrying in the background until Close
+	last := comfy.StateIdle
+	for {
+		st := b.client.State()
+		if st != last {
+			last = st
+			s := st
+			p.log.Info("backend state", "backend", b.cfg.Name, "state", st.String())
+			p.events.publish(Event{Kind: EventClientState, Backend: b.cfg.Name, State: &s})
+			p.poke()
+		}
+		select {
+		case <-changed:
+			changed = b.client.StateChanged()
+		case <-p.stopCh:
+			return
+		}
+	}
+}
+
+// Stop stops the Pool: no new job starts; in-flight jobs finish. If ctx ends
+// first, in-flight prompts are interrupted and their jobs requeued (without
+// counting an attempt), Stop waits for that, and returns ctx's error. Then
+// it closes the backends' clients, the queue (if the Pool created it) and
+// every event channel. Jobs still queued stay in the queue; their Wait
+// returns ErrClosed. Stop is idempotent and may be called before Start.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.stopping {
+		p.stopping = true
+		close(p.stopCh) // producers first: dispatcher and watchers
+	}
+	p.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		p.hardStop(errStopped) // then consumers: in-flight jobs give up
+		<-done
+	}
+	p.stopOnce.Do(func() {
+		// State writers last.
+		p.fo.Close()
+		p.closeClients()
+		if p.ownQueue {
+			_ = p.q.Close()
+		}
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
+		p.hardStop(errStopped)
+		p.log.Info("pool stopped")
+		p.events.publish(Event{Kind: EventPoolStopped})
+		p.events.close()
+		close(p.stoppedCh)
+	})
+	return err
+}
+
+// Stopped returns a channel closed when Stop has finished.
+func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
+
+// Subscribe returns a channel receiving the events of the given kinds, and a
+// function that ends the subscription (closing the channel). Kinds must be
+// listed explicitly; an unknown kind (or none) panics. Sends never block: a
+// full channel loses the event, counted in Stats.EventsDropped. Every
+// channel is closed when Stop finishes.
+func (p *Pool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
+	return p.events.subscribe(kinds)
+}
+
+// BackendStats describes one backend.
+type BackendStats struct {
+	Name        string
+	State       comfy.State
+	InFlight    int
+	MaxInFlight int
+}
+
+// Stats is a snapshot of the Pool's counters.
+type Stats struct {
+	Backends []BackendStats
+	// Jobs counts the job records the Pool holds, by status.
+	Jobs map[Status]int
+	// EventsDropped counts events lost because a subscriber was full.
+	EventsDropped int64
+	// Queue is the queue's own snapshot (nil if it could not be read).
+	Queue *queue.Stats
+}
+
+// Stats returns a snapshot of the Pool's counters.
+func (p *Pool) Stats(ctx context.Context) Stats {
+	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
+	p.mu.Lock()
+	for _, b := range p.backends {
+		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: b.client.State(), InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight})
+	}
+	for _, j := range p.jobs {
+		s.Jobs[j.status]++
+	}
+	p.mu.Unlock()
+	if qs, err := p.q.Stats(ctx); err == nil {
+		s.Queue = qs
+	}
+	return s
+}
+
+// View downloads an output file from the backend that produced it (see
+// Result.Backend), streaming. The caller closes the body.
+func (p *Pool) View(ctx context.Context, backendName string, ref comfy.FileRef) (*comfy.ViewResponse, error) {
+	for _, b := range p.backends {
+		if b.cfg.Name == backendName {
+			return b.client.View(ctx, ref, nil)
+		}
+	}
+	return nil, fmt.Errorf("%w: unknown backend %q", ErrInvalid, backendName)
+}
+
+// Enqueue adds a job running wf and returns its ID. wf is copied. A job that
+// no backend may ever run (strict binding, tags, excluded backends) fails at
+// once with a *NoBackendError. After Stop it returns ErrClosed. A full queue
+// gives the queue's *queue.FullError; a used idempotency key a
+// *queue.DuplicateError. Enqueue does not wait for the job to run.
+func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
+	if opts == nil {
+		opts = &EnqueueOpts{}
+	}
+	o := opts.clone()
+	if err := o.validate(); err != nil {
+		return "", err
+	}
+	if len(wf) == 0 {
+		return "", fmt.Errorf("%w: empty workflow", ErrInvalid)
+	}
+	raw, err := json.Marshal(wf)
+	if err != nil {
+		return "", fmt.Errorf("%w: workflow: %v", ErrInvalid, err)
+	}
+	sum, err := hash.Structure(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: workflow: %w", ErrInvalid, err)
+	}
+	wh := sum.String()
+	eligible := false
+	for _, b := range p.backends {
+		if b.accepts(wh, o.Tags) && !slices.Contains(o.ExcludeBackends, b.cfg.Name) {
+			eligible = true
+			break
+		}
+	}
+	if !eligible {
+		return "", &NoBackendError{Workflow: wh, Tags: o.Tags}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return "", ErrClosed
+	}
+	// The lock is held across the queue call so that the dispatcher cannot
+	// lease the job before its record exists.
+	qj, err := p.q.Enqueue(ctx, queue.EnqueueParams{
+		Priority:        o.Priority,
+		Payload:         raw,
+		Metadata:        o.Metadata,
+		Workflow:        wh,
+		Requires:        o.Tags,
+		IdempotencyKey:  o.IdempotencyKey,
+		MaxAttempts:     o.MaxAttempts,
+		ExcludeBackends: o.ExcludeBackends,
+	})
+	if err != nil {
+		return "", fmt.Errorf("pool: enqueue: %w", err)
+	}
+	js := &jobState{
+		id: qj.ID, wf: wf.Clone(), hash: wh, opts: o, status: StatusQueued,
+		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts, done: make(chan struct{}),
+		cancelCh: make(chan struct{}), excluded: slices.Clone(o.ExcludeBackends),
+	}
+	p.jobs[js.id] = js
+	p.workflows[wh]++
+	p.armTimeouts(js)
+	p.pruneLocked(time.Now())
+	p.events.publish(Event{Kind: EventJobQueued, JobID: js.id})
+	return js.id, nil
+}
+
+// Wait waits for the job to end and returns its result. A failed job gives a
+// *JobError, a cancelled one an error matching ErrCancelled. When ctx ends
+// first Wait returns ctx's error and the job goes on; when the Pool stops
+// before the job ended, ErrClosed.
+func (p *Pool) Wait(ctx context.Context, id string) (*Result, error) {
+	p.mu.Lock()
+	js := p.jobs[id]
+	p.mu.Unlock()
+	if js == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	select {
+	case <-js.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.stoppedCh:
+		select {
+		case <-js.done:
+		default:
+			return nil, ErrClosed
+		}
+	}
+	return js.result, js.err
+}
+
+// Run enqueues wf and waits for its result (Enqueue then Wait). When ctx
+// ends first the job is cancelled.
+func (p *Pool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*Result, error) {
+	id, err := p.Enqueue(ctx, wf, opts)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Wait(ctx, id)
+	if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = p.Cancel(cctx, id)
+	}
+	return res, err
+}
+
+// Job returns a snapshot of the job's record.
+func (p *Pool) Job(ctx context.Context, id string) (*JobInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	js := p.jobs[id]
+	if js == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return js.info(), nil
+}
+
+// Cancel cancels a job. A queued job is removed from the queue; a running
+// job's prompt is interrupted on its backend and Cancel waits (bounded by
+// ctx) until it ended. Either way the job ends as cancelled (job:cancelled,
+// Wait returns ErrCancelled): not failed, not retried, and no failover block.
+// Cancelling a cancelled job does nothing; a job that already completed or
+// failed gives an error matching queue.ErrInvalidState.
+func (p *Pool) Cancel(ctx context.Context, id string) error {
+	p.mu.Lock()
+	js := p.jobs[id]
+	if js == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if js.terminal {
+		st := js.status
+		p.mu.Unlock()
+		if st == StatusCancelled {
+			return nil
+		}
+		return fmt.Errorf("pool: cancel job %s: it is %s: %w", id, st, queue.ErrInvalidState)
+	}
+	if !js.cancelled {
+		js.cancelled = true
+		close(js.cancelCh)
+	}
+	running := js.status == StatusRunning
+	p.mu.Unlock()
+
+	if _, err := p.q.Cancel(ctx, id); err != nil && !errors.Is(err, queue.ErrInvalidState) {
+		return fmt.Errorf("pool: cancel job %s: %w", id, err)
+	}
+	if !running {
+		// Leased but not running yet: the runner sees cancelCh and ends the
+		// job; otherwise end it here. finish is once-only.
+		p.mu.Lock()
+		leased := js.status == StatusRunning || js.leased
+		p.mu.Unlock()
+		if !leased {
+			p.finish(js, StatusCancelled, nil, ErrCancelled)
+			return nil
+		}
+	}
+	select {
+	case <-js.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Pool) pruneLocked(now time.Time) {
+	for el := p.retained.Front(); el != nil; el = p.retained.Front() {
+		js := el.Value.(*jobState)
+		if p.retained.Len() <= p.cfg.MaxRetained && now.Sub(js.finishedAt) < p.cfg.Retention {
+			return
+		}
+		p.retained.Remove(el)
+		delete(p.jobs, js.id)
+	}
+}
+
+// finish ends a job once: it records the outcome, emits the terminal event
+// and wakes Wait. Later calls do nothing and report false.
+func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
+	p.mu.Lock()
+	if js.terminal {
+		p.mu.Unlock()
+		return false
+	}
+	js.terminal = true
+	js.status = st
+	js.finishedAt = time.Now()
+	js.result = res
+	if err != nil && st == StatusFailed {
+		var je *JobError
+		if !errors.As(err, &je) {
+			err = &JobError{JobID: js.id, Attempts: slices.Clone(js.attempts), Err: err}
+		}
+	}
+	js.err = err
+	if err != nil && st == StatusFailed {
+		js.lastErr = err
+	}
+	js.stopTimers()
+	js.wf = nil // the queue payload keeps the JSON; free the parsed graph
+	if p.workflows[js.hash]--; p.workflows[js.hash] <= 0 {
+		delete(p.workflows, js.hash)
+	}
+	js.retained = p.retained.PushBack(js)
+	p.pruneLocked(js.finishedAt)
+	ev := Event{Kind: EventJobCompleted, JobID: js.id, Backend: js.backend, Attempt: len(js.attempts), PromptID: js.promptID}
+	switch st {
+	case StatusCompleted:
+		ev.Result = res
+	case StatusFailed:
+		ev.Kind, ev.Err = EventJobFailed, err
+	case StatusCancelled:
+		ev.Kind = EventJobCancelled
+	}
+	p.mu.Unlock()
+	close(js.done)
+	p.events.publish(ev)
+	return true
+}
