@@ -345,12 +345,20 @@ func TestEventsBeforeHTTPAnswer(t *testing.T) {
 		srv := inMemory(t, nil)
 		c := runClient(t, srv, nil)
 		require.NoError(t, c.Connect(t.Context()))
-		srv.SetLatency(2 * time.Second) // the POST answer comes after the whole run
+		// The prompt is queued and runs at once; its POST answer arrives
+		// 2 s later, after every message of the run.
+		srv.SetAnswerDelay(2 * time.Second)
 		rec := newRecorder()
 		p, err := c.Submit(t.Context(), samplerWF(t, 8, 3), &comfy.RunOptions{OnMessage: rec.on})
 		require.NoError(t, err)
-		synctest.Wait()
+		// Fake time moved to the answer only once every goroutine was idle,
+		// so everything the run sent has been delivered by now.
 		assert.Contains(t, rec.types(), comfy.TypeExecutionSuccess, "the run's messages arrived before Submit returned")
+		select {
+		case <-p.Done():
+			t.Fatal("the prompt must not end before the server's answer is known")
+		default:
+		}
 		res, err := p.Wait(t.Context())
 		require.NoError(t, err)
 		assert.Len(t, res.Files(), 1)
@@ -370,7 +378,7 @@ func TestOldServerIgnoresPromptID(t *testing.T) {
 		srv := inMemory(t, &comfytest.Options{Dialect: comfytest.Dialect{IgnorePromptID: true}})
 		c := runClient(t, srv, nil)
 		require.NoError(t, c.Connect(t.Context()))
-		srv.SetLatency(time.Second) // messages under the server's id come first
+		srv.SetAnswerDelay(time.Second) // messages under the server's id come first
 		rec := newRecorder()
 		ours := uuid.NewString()
 		p, err := c.Submit(t.Context(), samplerWF(t, 9, 2), &comfy.RunOptions{PromptID: ours, OnMessage: rec.on})

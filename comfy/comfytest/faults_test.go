@@ -53,6 +53,25 @@ func TestSetLatency(t *testing.T) {
 	})
 }
 
+// SetAnswerDelay lets the request take effect at once and holds only its
+// answer: the prompt is already finished (history written) when the POST
+// /prompt answer arrives, which SetLatency cannot produce.
+func TestSetAnswerDelay(t *testing.T) {
+	inMemory(t, nil, func(t *testing.T, s *comfytest.Server) {
+		s.SetAnswerDelay(3 * time.Second)
+		start := time.Now()
+		code, body := post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
+		require.Equal(t, 200, code, body)
+		assert.Equal(t, 3*time.Second, time.Since(start), "the answer was held")
+		prompts := s.Prompts()
+		require.Len(t, prompts, 1)
+		assert.Contains(t, body, prompts[0].PromptID)
+		s.SetAnswerDelay(0)
+		_, hist, _ := get(t, s, "/history/"+prompts[0].PromptID)
+		assert.Contains(t, hist, `"status_str": "success"`, "the run finished while the answer was held")
+	})
+}
+
 func TestFailNext(t *testing.T) {
 	forModes(t, nil, func(t *testing.T, s *comfytest.Server) {
 		s.FailNext("/api/prompt", 2, 503)

@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -52,6 +53,7 @@ type Server struct {
 	cache      map[string]omap // node signature -> UI (nil omap = no UI)
 	cacheOut   map[string][]any
 	loaded     map[string]bool // classes whose LoadDelay was paid
+	modelLRU   []string        // Options.ModelSlots: loaded keys, least recent first (models.go)
 	tempNames  map[string]string
 	intrFlag   bool
 	intrWake   chan struct{}
@@ -67,6 +69,7 @@ type Server struct {
 
 	// faults
 	latency          time.Duration
+	answerDelay      time.Duration
 	failNext         map[string]*failRule
 	dropAfter        int
 	deafAfter        int
@@ -268,10 +271,24 @@ func (s *Server) Restart() {
 	s.startWorker()
 }
 
-// SetLatency adds d before every HTTP response (and WS upgrade). 0 removes it.
+// SetLatency delays the handling of every HTTP request (and WS upgrade) by
+// d, as a slow network on the way in would. 0 removes it. To hold the
+// answer after the request took effect (a prompt queued and running before
+// its POST /prompt answer arrives), use SetAnswerDelay.
 func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()
 	s.latency = d
+	s.mu.Unlock()
+}
+
+// SetAnswerDelay holds every HTTP answer (not WebSocket upgrades) for d
+// after the request was handled: the request takes effect at once, and its
+// answer arrives d later. With it, a prompt's WebSocket messages reach the
+// client before the POST /prompt answer, as happens with real servers
+// under load. 0 removes it.
+func (s *Server) SetAnswerDelay(d time.Duration) {
+	s.mu.Lock()
+	s.answerDelay = d
 	s.mu.Unlock()
 }
 
@@ -392,21 +409,44 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
-	lat := s.latency
+	lat, hold := s.latency, s.answerDelay
 	s.mu.Unlock()
 	defer s.wg.Done()
-	if lat > 0 {
-		t := time.NewTimer(lat)
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-			t.Stop()
-			return
-		case <-r.Context().Done():
-			t.Stop()
+	if !s.pause(r, lat) {
+		return
+	}
+	if hold > 0 && !isWSRoute(normRoute(r.URL.Path)) {
+		bw := &heldAnswer{header: make(http.Header)}
+		s.handle(bw, r)
+		if !s.pause(r, hold) {
 			return
 		}
+		bw.writeTo(w)
+		return
 	}
+	s.handle(w, r)
+}
+
+// pause waits d; it reports false when the server closed or the client
+// went away first.
+func (s *Server) pause(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// handle applies injected failures, then routes the request.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	route := normRoute(r.URL.Path)
 	s.mu.Lock()
 	var rule *failRule
@@ -479,3 +519,35 @@ type memAddr struct{}
 
 func (memAddr) Network() string { return "memory" }
 func (memAddr) String() string  { return "comfytest.invalid:80" }
+
+// isWSRoute reports whether a normalised route is the WebSocket endpoint.
+func isWSRoute(route string) bool { return route == "/ws" }
+
+// heldAnswer buffers a handler's answer so that SetAnswerDelay can send it
+// later.
+type heldAnswer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldAnswer) Header() http.Header { return h.header }
+
+func (h *heldAnswer) WriteHeader(status int) {
+	if h.status == 0 {
+		h.status = status
+	}
+}
+
+func (h *heldAnswer) Write(p []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return h.body.Write(p)
+}
+
+func (h *heldAnswer) writeTo(w http.ResponseWriter) {
+	for k, v := range h.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(max(h.status, http.StatusOK))
+	_, _ = w.Write(h.body.Bytes())
+}
