@@ -22,6 +22,14 @@ type Options struct {
 	HistoryDelay time.Duration
 	// Logger receives debug logs. Default: discard.
 	Logger *slog.Logger
+	// ModelSlots, when above 0, makes model loads evict: a node's LoadDelay
+	// is paid whenever its model is not loaded, a model being its class plus
+	// its model-file inputs (string inputs named *_name, e.g. ckpt_name), and
+	// at most ModelSlots models stay loaded (least recently used evicted).
+	// So a server alternating two checkpoints with ModelSlots 1 pays the
+	// load every time. Default 0: a class pays its LoadDelay once, until
+	// Restart or POST /free.
+	ModelSlots int
 }
 
 // Dialect switches protocol details that changed across ComfyUI versions.
@@ -76,6 +84,7 @@ type NodeBehavior struct {
 	Text string
 	// LoadDelay is an extra delay the first time this class runs on the
 	// server (a model load); reset by Restart and POST /free unload_models.
+	// See Options.ModelSlots for loads that evict each other.
 	LoadDelay time.Duration
 }
 

@@ -607,10 +607,9 @@ func (r *run) runNode(id string) (runResult, omap) {
 
 	if d.LoadDelay > 0 {
 		s.mu.Lock()
-		paid := s.loaded[class]
-		s.loaded[class] = true
+		pay := s.loadModelLocked(class, in)
 		s.mu.Unlock()
-		if !paid && !sleep(r.ctx, d.LoadDelay) {
+		if pay && !sleep(r.ctx, d.LoadDelay) {
 			return resAbandoned, nil
 		}
 	}
