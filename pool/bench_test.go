@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -11,9 +12,13 @@ import (
 	"github.com/comfypool/comfypool/pool"
 )
 
-// benchPool runs b.N zero-length jobs through a pool of n fake servers,
-// in memory (net.Pipe, real time) or over loopback.
-func benchPool(b *testing.B, n int, loopback bool) {
+// Throughput benchmarks: b.N zero-length jobs through a pool of instant fake
+// servers, reported as jobs/s. The fake servers run in the same process and
+// share its CPUs with the pool; BenchmarkDirectClient is the same work
+// without the pool (one comfy.Client per server), the ceiling the pool's
+// own overhead is measured against.
+
+func benchServers(b *testing.B, n int, loopback bool) []*comfytest.Server {
 	var srvs []*comfytest.Server
 	for range n {
 		var s *comfytest.Server
@@ -25,11 +30,27 @@ func benchPool(b *testing.B, n int, loopback bool) {
 		b.Cleanup(s.Close)
 		srvs = append(srvs, s)
 	}
+	return srvs
+}
+
+func benchWorkflows(b *testing.B) []comfy.Workflow {
+	wfs := make([]comfy.Workflow, 64)
+	for i := range wfs {
+		wfs[i] = zeroWF(b, i)
+	}
+	return wfs
+}
+
+// benchPool runs b.N zero-length jobs through a pool of n fake servers, in
+// memory (net.Pipe, real time) or over loopback, inflight prompts per
+// backend.
+func benchPool(b *testing.B, n, inflight int, loopback bool) {
+	srvs := benchServers(b, n, loopback)
 	quiet := slog.New(slog.DiscardHandler)
 	cfg := &pool.Config{Logger: quiet}
 	for i, s := range srvs {
 		cfg.Backends = append(cfg.Backends, pool.BackendConfig{
-			Name: fmt.Sprintf("gpu-%d", i), URL: s.URL, MaxInFlight: 2,
+			Name: fmt.Sprintf("gpu-%d", i), URL: s.URL, MaxInFlight: inflight,
 			Client: &comfy.ClientOptions{HTTPClient: s.Client(), Logger: quiet},
 		})
 	}
@@ -42,10 +63,7 @@ func benchPool(b *testing.B, n int, loopback bool) {
 		b.Fatal(err)
 	}
 	defer func() { _ = p.Stop(ctx) }()
-	wfs := make([]comfy.Workflow, 64)
-	for i := range wfs {
-		wfs[i] = zeroWF(b, i)
-	}
+	wfs := benchWorkflows(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	ids := make([]string, 0, b.N)
@@ -65,5 +83,60 @@ func benchPool(b *testing.B, n int, loopback bool) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
 
-func BenchmarkThroughputInMemory4(b *testing.B) { benchPool(b, 4, false) }
-func BenchmarkThroughputLoopback4(b *testing.B) { benchPool(b, 4, true) }
+func BenchmarkThroughputInMemory4(b *testing.B) { benchPool(b, 4, 2, false) }
+func BenchmarkThroughputLoopback4(b *testing.B) { benchPool(b, 4, 2, true) }
+func BenchmarkThroughputInMemory8(b *testing.B) { benchPool(b, 8, 2, false) }
+func BenchmarkThroughputLoopback8(b *testing.B) { benchPool(b, 8, 2, true) }
+
+// BenchmarkDirectClient is the baseline: the same jobs over 4 in-memory
+// servers, 2 at a time per server, with plain comfy.Client.Run and no
+// pool, queue or events.
+func BenchmarkDirectClient(b *testing.B) {
+	srvs := benchServers(b, 4, false)
+	quiet := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	var clients []*comfy.Client
+	for _, s := range srvs {
+		c, err := comfy.NewClient(s.URL, &comfy.ClientOptions{HTTPClient: s.Client(), Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = c.Close(ctx) }()
+		if err := c.Connect(ctx); err != nil {
+			b.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	wfs := benchWorkflows(b)
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, c := range clients {
+		for range 2 {
+			wg.Go(func() {
+				for i := range work {
+					if _, err := c.Run(ctx, wfs[i%len(wfs)], nil); err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+					}
+				}
+			})
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}

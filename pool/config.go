@@ -23,6 +23,8 @@ const (
 	DefaultEventBuffer   = 256
 	DefaultRetention     = time.Hour
 	DefaultMaxRetained   = 10_000
+	// DefaultReconnectGrace is BackendConfig.ReconnectGrace's default.
+	DefaultReconnectGrace = 2 * time.Second
 )
 
 // Config configures a Pool. New copies it; the caller's struct is never
@@ -75,6 +77,27 @@ type Config struct {
 	// Logger receives the Pool's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
+	// Policy chooses which free backend leases next and which workflows
+	// it prefers (see Policy). Defaults to WarmAffinity{}.
+	Policy Policy
+
+	// FailoverStrategy, if set, replaces the SmartFailover built from
+	// Failover (which is then ignored). The Pool does not close it. The
+	// Pool re-checks blocked pairs whenever its dispatcher wakes; implement
+	// UnblockNotifier so that the end of a block wakes it by itself.
+	// client:blocked_workflow and client:unblocked_workflow events come
+	// only from the built-in SmartFailover.
+	FailoverStrategy failover.Strategy
+
+	// Accounting, if set, is told about each job's cost: Reserve at
+	// Enqueue, then exactly one Consume or Refund (see Accounting).
+	Accounting Accounting
+
+	// MaxDownloadBytes bounds the output bytes a job run with
+	// EnqueueOpts.DownloadOutputs may download; more fails the job with an
+	// *OutputTooLargeError. Defaults to DefaultMaxDownloadBytes (256 MiB).
+	MaxDownloadBytes int64
+
 	// Test holds test-only knobs.
 	Test TestConfig
 }
@@ -107,6 +130,10 @@ type BackendConfig struct {
 	// Tags are the backend's capabilities; a job that requires tags
 	// (EnqueueOpts.Tags) runs only on backends that have them all.
 	Tags []string
+	// ReconnectGrace is how long the backend takes no new job after its
+	// WebSocket reconnected, so that its client reconciles the prompts in
+	// flight first. Defaults to DefaultReconnectGrace (2s); -1 disables it.
+	ReconnectGrace time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -117,6 +144,7 @@ func (c *Config) withDefaults() Config {
 		b.MaxInFlight = cmp.Or(b.MaxInFlight, 1)
 		b.Workflows = slices.Clone(b.Workflows)
 		b.Tags = slices.Clone(b.Tags)
+		b.ReconnectGrace = cmp.Or(b.ReconnectGrace, DefaultReconnectGrace)
 		if b.Client != nil {
 			o := *b.Client
 			b.Client = &o
@@ -129,8 +157,12 @@ func (c *Config) withDefaults() Config {
 	d.EventBuffer = cmp.Or(d.EventBuffer, DefaultEventBuffer)
 	d.Retention = cmp.Or(d.Retention, DefaultRetention)
 	d.MaxRetained = cmp.Or(d.MaxRetained, DefaultMaxRetained)
+	d.MaxDownloadBytes = cmp.Or(d.MaxDownloadBytes, DefaultMaxDownloadBytes)
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.Policy == nil {
+		d.Policy = WarmAffinity{}
 	}
 	if c.Failover != nil {
 		f := *c.Failover
@@ -160,6 +192,8 @@ func (c *Config) validate() error {
 			return fmt.Errorf("pool: Backends[%d].Workflows cannot be empty (nil means any workflow)", i)
 		case slices.Contains(b.Tags, ""):
 			return fmt.Errorf("pool: Backends[%d].Tags cannot contain an empty tag", i)
+		case b.ReconnectGrace < -1:
+			return fmt.Errorf("pool: Backends[%d].ReconnectGrace must be positive, 0 (default) or -1 (none)", i)
 		}
 		seen[b.Name] = true
 	}
@@ -178,6 +212,8 @@ func (c *Config) validate() error {
 		return errors.New("pool: Retention cannot be negative")
 	case c.MaxRetained < 0:
 		return errors.New("pool: MaxRetained cannot be negative")
+	case c.MaxDownloadBytes < 0:
+		return errors.New("pool: MaxDownloadBytes cannot be negative")
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ import (
 
 // dispatchLoop is the Pool's one dispatcher. It sleeps until something may
 // let a job run (a job became leasable, a slot freed, a backend changed
-// state, a failover block ended) and then leases for every free backend.
+// state or left its reconnect grace, a failover block ended) and then
+// leases for every free backend.
 func (p *Pool) dispatchLoop() {
 	ready := p.q.Ready()
 	var poll <-chan time.Time
@@ -31,6 +32,7 @@ func (p *Pool) dispatchLoop() {
 		select {
 		case <-ready:
 		case <-p.wake:
+		case <-p.unblocked:
 		case <-poll:
 		case <-p.stopCh:
 			return
@@ -38,52 +40,101 @@ func (p *Pool) dispatchLoop() {
 	}
 }
 
-// dispatch leases jobs for free backends until none can take more.
+// notePreferLocked registers a job with EnqueueOpts.PreferBackends, for
+// dispatch. Caller holds p.mu.
+func (p *Pool) notePreferLocked(js *jobState) {
+	if len(js.opts.PreferBackends) == 0 {
+		return
+	}
+	if p.prefer == nil {
+		p.prefer = map[*jobState]struct{}{}
+	}
+	p.prefer[js] = struct{}{}
+}
+
+// dispatch leases jobs for free backends until none can take more. Each
+// round lists the free backends, lets the Policy order them (backends that
+// waiting jobs prefer first), and leases one job for each.
 func (p *Pool) dispatch() {
 	for {
+		select {
+		case <-p.stopCh:
+			return
+		default:
+		}
+		// Client states are read before taking p.mu: the client's own lock
+		// is never taken under the Pool's.
+		list := p.list()
+		connected := make([]bool, len(list))
+		for i, b := range list {
+			connected[i] = b.client.State() == comfy.StateConnected
+		}
+		p.mu.Lock()
+		now := time.Now()
+		var preferred map[string][]string // backend -> workflows of jobs preferring it
+		for js := range p.prefer {
+			if js.terminal {
+				delete(p.prefer, js)
+				continue
+			}
+			if js.leased || js.status == StatusRunning {
+				continue
+			}
+			for _, name := range js.opts.PreferBackends {
+				if preferred == nil {
+					preferred = map[string][]string{}
+				}
+				if !slices.Contains(preferred[name], js.hash) {
+					preferred[name] = append(preferred[name], js.hash)
+				}
+			}
+		}
+		var cands []Candidate
+		byName := map[string]*backend{}
+		for i, b := range list {
+			if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) {
+				continue
+			}
+			_, pending := p.workflows[b.last]
+			cands = append(cands, Candidate{
+				Name: b.cfg.Name, Index: b.index, InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight,
+				Last: b.last, LastPending: b.last != "" && pending,
+			})
+			byName[b.cfg.Name] = b
+		}
+		p.mu.Unlock()
+		if len(cands) == 0 {
+			return
+		}
+		p.cfg.Policy.Order(cands)
+		if preferred != nil {
+			slices.SortStableFunc(cands, func(a, b Candidate) int {
+				pa, pb := len(preferred[a.Name]) > 0, len(preferred[b.Name]) > 0
+				switch {
+				case pa == pb:
+					return 0
+				case pa:
+					return -1
+				}
+				return 1
+			})
+		}
 		progressed := false
-		for _, b := range p.backends {
+		for i := range cands {
 			select {
 			case <-p.stopCh:
 				return
 			default:
 			}
-			if b.client.State() != comfy.StateConnected {
-				continue
+			c := &cands[i]
+			b := byName[c.Name]
+			prefer := preferred[c.Name]
+			if len(prefer) == 0 {
+				prefer = p.cfg.Policy.Prefer(c)
 			}
-			p.mu.Lock()
-			if b.inflight >= b.cfg.MaxInFlight {
-				p.mu.Unlock()
-				continue
+			if p.lease(b, prefer) {
+				progressed = true
 			}
-			var excl []string
-			for w := range p.workflows {
-				if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
-					excl = append(excl, w)
-				}
-			}
-			prefer := b.last
-			b.inflight++
-			p.mu.Unlock()
-			lp := queue.LeaseParams{
-				Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.cfg.Tags,
-				Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl,
-			}
-			if prefer != "" {
-				lp.PreferWorkflows = []string{prefer}
-			}
-			qj, err := p.q.Lease(p.hardCtx, lp)
-			if err != nil || qj == nil {
-				if err != nil && !errors.Is(err, queue.ErrClosed) {
-					p.log.Warn("lease failed", "backend", b.cfg.Name, "err", err)
-				}
-				p.mu.Lock()
-				b.inflight--
-				p.mu.Unlock()
-				continue
-			}
-			progressed = true
-			p.wg.Go(func() { p.runJob(b, qj) })
 		}
 		if !progressed {
 			return
@@ -91,10 +142,49 @@ func (p *Pool) dispatch() {
 	}
 }
 
+// lease leases one job for b, preferring the given workflows, and starts
+// it. It reports whether a job was leased.
+func (p *Pool) lease(b *backend, prefer []string) bool {
+	p.mu.Lock()
+	if b.draining || b.inflight >= b.cfg.MaxInFlight {
+		p.mu.Unlock()
+		return false
+	}
+	var excl []string
+	for w := range p.workflows {
+		if b.workflows != nil && !slices.Contains(b.workflows, w) {
+			continue // never leased by b anyway
+		}
+		if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
+			excl = append(excl, w)
+		}
+	}
+	b.inflight++
+	p.mu.Unlock()
+	lp := queue.LeaseParams{
+		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.cfg.Tags,
+		Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl, PreferWorkflows: prefer,
+	}
+	qj, err := p.q.Lease(p.hardCtx, lp)
+	if err != nil || qj == nil {
+		if err != nil && !errors.Is(err, queue.ErrClosed) {
+			p.log.Warn("lease failed", "backend", b.cfg.Name, "err", err)
+		}
+		p.mu.Lock()
+		b.inflight--
+		p.idleLocked(b)
+		p.mu.Unlock()
+		return false
+	}
+	p.wg.Go(func() { p.runJob(b, qj) })
+	return true
+}
+
 // release frees a slot of b and wakes the dispatcher.
 func (p *Pool) release(b *backend) {
 	p.mu.Lock()
 	b.inflight--
+	p.idleLocked(b)
 	p.mu.Unlock()
 	p.poke()
 }
@@ -148,8 +238,8 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 	p.mu.Unlock()
 	att := Attempt{Backend: b.cfg.Name, Started: now}
 
-	// ctx ends when Stop gives up waiting (hard stop).
-	ctx := p.hardCtx
+	// ctx ends when Stop gives up waiting (hard stop) or b is removed.
+	ctx := b.ctx
 	promptID := uuid.NewString()
 	att.PromptID = promptID
 	var startedOnce, execOnce sync.Once
@@ -193,13 +283,16 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 		submitBound = d
 	}
 	subCtx, subCancel := context.WithTimeout(ctx, submitBound)
-	prompt, err := b.client.Submit(subCtx, js.wf, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg})
+	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg}) // inputs.go: uploads input files first
 	subCancel()
 	if err == nil {
 		att.PromptID = prompt.ID()
 		emitStarted(prompt.ID())
 		var res *comfy.Result
 		res, err = p.watchPrompt(ctx, js, qj, prompt, execStarted, startC)
+		if err == nil {
+			err = p.fetchOutputs(ctx, js, b, res) // outputs.go: eager download
+		}
 		if err == nil {
 			p.completed(js, b, qj.LeaseToken, att, res)
 			return
@@ -324,7 +417,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	// Exclude the failed backend from the retry only if another backend may
 	// run the job; otherwise the retry waits for this one's cooldown.
 	exclude := false
-	for _, o := range p.backends {
+	for _, o := range p.list() {
 		if o != b && o.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, o.cfg.Name) {
 			exclude = true
 			break

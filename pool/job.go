@@ -2,9 +2,13 @@ package pool
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -22,16 +26,32 @@ type EnqueueOpts struct {
 	// MaxAttempts is how many attempts (backend faults count, cancels and
 	// Stop requeues do not) the job gets. Defaults to 3.
 	MaxAttempts int
-	// IdempotencyKey, if set, makes Enqueue fail with a
-	// *queue.DuplicateError while a retained job has the same key.
+	// IdempotencyKey, if set, makes Enqueue return the ID of the job
+	// already enqueued with this key (nil error, no new job, no second
+	// Accounting.Reserve) while that job's record is retained (see
+	// Config.Retention). Concurrent Enqueues with one key make one job.
 	IdempotencyKey string
 	// Tags are capabilities a backend must have (BackendConfig.Tags) to run
 	// the job.
 	Tags []string
 	// ExcludeBackends lists backends that must never run the job.
 	ExcludeBackends []string
+	// PreferBackends lists backends tried first: when one of them is free
+	// and may run the job, it leases before the others and prefers this
+	// job's workflow (a soft preference among jobs of equal priority; see
+	// Policy). The job still runs elsewhere when none of them is free.
+	PreferBackends []string
 	// Timeouts bound the job's phases. Zero fields mean no limit.
 	Timeouts Timeouts
+	// Inputs are files uploaded to the backend of each attempt and patched
+	// into the workflow (see InputFile).
+	Inputs []InputFile
+	// DownloadOutputs makes the Pool download the job's output files
+	// before the job completes (Result.OutputFiles then holds their
+	// bytes), so that a backend that later forgets them loses nothing. The
+	// total is bounded by Config.MaxDownloadBytes; a download that fails
+	// counts as a backend fault (the job is retried elsewhere).
+	DownloadOutputs bool
 }
 
 // Timeouts bound a job's phases. Each field defaults to 0: no limit.
@@ -58,6 +78,8 @@ func (o *EnqueueOpts) clone() EnqueueOpts {
 	slices.Sort(c.Tags)
 	c.Tags = slices.Compact(c.Tags)
 	c.ExcludeBackends = slices.Clone(o.ExcludeBackends)
+	c.Inputs = cloneInputs(o.Inputs)
+	c.PreferBackends = slices.Clone(o.PreferBackends)
 	return c
 }
 
@@ -69,6 +91,8 @@ func (o *EnqueueOpts) validate() error {
 		return fmt.Errorf("%w: EnqueueOpts.Tags cannot contain an empty tag", ErrInvalid)
 	case slices.Contains(o.ExcludeBackends, ""):
 		return fmt.Errorf("%w: EnqueueOpts.ExcludeBackends cannot contain an empty name", ErrInvalid)
+	case slices.Contains(o.PreferBackends, ""):
+		return fmt.Errorf("%w: EnqueueOpts.PreferBackends cannot contain an empty name", ErrInvalid)
 	case o.Timeouts.Queue < 0 || o.Timeouts.Start < 0 || o.Timeouts.Overall < 0:
 		return fmt.Errorf("%w: EnqueueOpts.Timeouts cannot be negative", ErrInvalid)
 	}
@@ -112,6 +136,9 @@ type Result struct {
 	Attempts []Attempt
 	// Comfy is the backend's full result.
 	Comfy *comfy.Result
+
+	files []OutputFile // see OutputFiles
+	pool  *Pool        // for Open
 }
 
 // Files returns the file records of every output, ordered by node id.
@@ -139,6 +166,8 @@ type JobInfo struct {
 	EnqueuedAt, StartedAt, FinishedAt time.Time
 	// LastError is the latest failure, nil if none.
 	LastError error
+	// Reservation is what Accounting.Reserve returned for the job.
+	Reservation string
 }
 
 type jobState struct {
@@ -165,6 +194,11 @@ type jobState struct {
 	timers     []*time.Timer
 	retained   *list.Element
 
+	reservation string       // Accounting.Reserve's answer
+	reserved    bool         // Reserve succeeded: one Consume/Refund is due
+	accounted   bool         // that Consume/Refund was claimed
+	downloads   []OutputFile // eagerly downloaded outputs of the last attempt
+
 	result   *Result
 	err      error
 	done     chan struct{} // closed when terminal
@@ -184,7 +218,7 @@ func (js *jobState) info() *JobInfo {
 		Attempts: slices.Clone(js.attempts), MaxAttempts: js.maxAttempts,
 		Backend: js.backend, PromptID: js.promptID,
 		EnqueuedAt: js.enqueuedAt, StartedAt: js.startedAt, FinishedAt: js.finishedAt,
-		LastError: js.lastErr,
+		LastError: js.lastErr, Reservation: js.reservation,
 	}
 }
 
@@ -224,4 +258,142 @@ func (p *Pool) timeout(js *jobState, which string) {
 	if !owned {
 		p.finish(js, StatusFailed, nil, err)
 	}
+}
+
+// keyEntry is an idempotency key's job: id is set (under Pool.mu) once the
+// job is stored; ready is closed when the first Enqueue with the key ended
+// (id stays empty if it failed).
+type keyEntry struct {
+	id    string
+	ready chan struct{}
+}
+
+// claimKey returns the ID of the job holding key, or claims key for a new
+// job (returning its entry) when none does. It waits while another Enqueue
+// with the same key is in progress.
+func (p *Pool) claimKey(ctx context.Context, key string) (string, *keyEntry, error) {
+	for {
+		p.mu.Lock()
+		if p.stopping {
+			p.mu.Unlock()
+			return "", nil, ErrClosed
+		}
+		e := p.keys[key]
+		if e == nil {
+			if p.keys == nil {
+				p.keys = map[string]*keyEntry{}
+			}
+			e = &keyEntry{ready: make(chan struct{})}
+			p.keys[key] = e
+			p.mu.Unlock()
+			return "", e, nil
+		}
+		id := e.id
+		p.mu.Unlock()
+		if id != "" {
+			return id, nil, nil
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		}
+	}
+}
+
+// releaseKey ends the Enqueue that claimed key: on failure the key is
+// free again.
+func (p *Pool) releaseKey(key string, e *keyEntry) {
+	p.mu.Lock()
+	if e.id == "" && p.keys[key] == e {
+		delete(p.keys, key)
+	}
+	p.mu.Unlock()
+	close(e.ready)
+}
+
+// StopAndCancel cancels every job that has not ended, then stops the Pool
+// like Stop. Queued and retrying jobs are removed from the queue; running
+// prompts are interrupted on their backends; every such job ends as
+// cancelled (job:cancelled, Wait gives ErrCancelled, Accounting.Refund).
+// It waits, bounded by ctx, for the runners to settle, then closes
+// everything; if ctx ends first it returns ctx's error as Stop does. A job
+// enqueued while StopAndCancel runs may be left in the queue, as with Stop.
+func (p *Pool) StopAndCancel(ctx context.Context) error {
+	type pending struct {
+		js     *jobState
+		leased bool
+	}
+	var jobs []pending
+	p.mu.Lock()
+	for _, js := range p.jobs {
+		if js.terminal {
+			continue
+		}
+		if !js.cancelled {
+			js.cancelled = true
+			close(js.cancelCh)
+		}
+		jobs = append(jobs, pending{js, js.leased || js.status == StatusRunning})
+	}
+	p.mu.Unlock()
+	for _, j := range jobs {
+		if j.leased {
+			continue // its runner interrupts the prompt and ends the job
+		}
+		_, _ = p.q.Cancel(ctx, j.js.id)
+		p.mu.Lock()
+		leased := j.js.leased
+		p.mu.Unlock()
+		if !leased {
+			p.finish(j.js, StatusCancelled, nil, ErrCancelled)
+		}
+	}
+	return p.Stop(ctx)
+}
+
+// probeTimeout bounds each backend probe of Start.
+const probeTimeout = 2 * time.Second
+
+// probe is Start's check that the configuration works at all: the queue
+// answers, and not every backend rejects the Pool's requests (see Start).
+func (p *Pool) probe(ctx context.Context, backends []*backend) error {
+	p.mu.Lock()
+	skip := p.started || p.stopping // Start answers these itself
+	p.mu.Unlock()
+	if skip {
+		return nil
+	}
+	if _, err := p.q.Stats(ctx); err != nil {
+		return fmt.Errorf("pool: start: queue does not answer: %w", err)
+	}
+	if len(backends) == 0 {
+		return nil
+	}
+	errs := make([]error, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			_, errs[i] = b.client.SystemStats(pctx)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !rejected(err) {
+			return nil // answered, or merely down: the Pool can run
+		}
+	}
+	return fmt.Errorf("pool: start: every backend rejects the pool's requests (check URLs and credentials): %w", errors.Join(errs...))
+}
+
+// rejected reports whether err is a backend's deliberate refusal of the
+// client's requests: HTTP 401, 403 or 404 (a wrong base path).
+func rejected(err error) bool {
+	switch comfy.StatusCode(err) {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
 }

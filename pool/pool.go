@@ -1,14 +1,17 @@
 package pool
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -30,13 +33,17 @@ type Pool struct {
 	log      *slog.Logger
 	q        *queue.Queue
 	ownQueue bool
-	fo       *failover.SmartFailover
-	backends []*backend
-	events   bus
+	fo       failover.Strategy
+	ownFo    *failover.SmartFailover // fo when the Pool built it; closed in Stop
+	// backends is an immutable snapshot (see list), swapped under mu.
+	backends  atomic.Pointer[[]*backend]
+	nextIndex int // guarded by mu
+	events    bus
 
-	wake      chan struct{} // 1-buffered, coalescing: dispatcher wake-up
-	stopCh    chan struct{} // closed when Stop begins: producers stop
-	stoppedCh chan struct{} // closed when Stop finished
+	wake      chan struct{}   // 1-buffered, coalescing: dispatcher wake-up
+	unblocked <-chan struct{} // Config.FailoverStrategy's UnblockNotifier, or nil
+	stopCh    chan struct{}   // closed when Stop begins: producers stop
+	stoppedCh chan struct{}   // closed when Stop finished
 	hardCtx   context.Context
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
@@ -46,29 +53,11 @@ type Pool struct {
 	stopping  bool
 	stopped   bool
 	jobs      map[string]*jobState
-	retained  list.List      // terminal jobs, oldest first
-	workflows map[string]int // structure hash -> unfinished jobs
+	retained  list.List              // terminal jobs, oldest first
+	workflows map[string]int         // structure hash -> unfinished jobs
+	prefer    map[*jobState]struct{} // unfinished jobs with PreferBackends (dispatch.go)
+	keys      map[string]*keyEntry   // idempotency key -> job (job.go)
 	stopOnce  sync.Once
-}
-
-type backend struct {
-	cfg       BackendConfig
-	client    *comfy.Client
-	workflows []string // nil: any
-	inflight  int      // guarded by Pool.mu
-	last      string   // workflow run last; guarded by Pool.mu
-}
-
-func (b *backend) accepts(wf string, tags []string) bool {
-	if b.workflows != nil && !slices.Contains(b.workflows, wf) {
-		return false
-	}
-	for _, t := range tags {
-		if !slices.Contains(b.cfg.Tags, t) {
-			return false
-		}
-	}
-	return true
 }
 
 // New validates cfg and returns a Pool that is not started. cfg is copied.
@@ -93,19 +82,16 @@ func New(cfg *Config) (*Pool, error) {
 	p.hardCtx, p.hardStop = context.WithCancelCause(context.Background())
 	p.events.size = c.EventBuffer
 	p.events.onDrop = p.dropWarner()
-	for _, bc := range c.Backends {
-		cl, err := comfy.NewClient(bc.URL, bc.Client)
+	var list []*backend
+	for i, bc := range c.Backends {
+		b, err := p.newBackend(bc, i)
 		if err != nil {
 			p.closeClients()
-			return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
+			return nil, err
 		}
-		b := &backend{cfg: bc, client: cl}
-		if bc.Workflows != nil {
-			for _, s := range bc.Workflows {
-				b.workflows = append(b.workflows, s.String())
-			}
-		}
-		p.backends = append(p.backends, b)
+		list = append(list, b)
+		p.setListLocked(list) // not shared yet
+		p.nextIndex = i
 	}
 	fc := *c.Failover
 	userOnEvent := fc.OnEvent
@@ -126,14 +112,23 @@ func New(cfg *Config) (*Pool, error) {
 		p.closeClients()
 		return nil, fmt.Errorf("pool: Failover: %w", err)
 	}
-	p.fo = fo
+	p.fo, p.ownFo = fo, fo
+	if c.FailoverStrategy != nil {
+		fo.Close()
+		p.fo, p.ownFo = c.FailoverStrategy, nil
+		if n, ok := c.FailoverStrategy.(UnblockNotifier); ok {
+			p.unblocked = n.Unblocked()
+		}
+	}
 	if c.Queue != nil {
 		p.q = c.Queue
 	} else {
 		d, err := memqueue.New(nil)
 		if err != nil {
 			p.closeClients()
-			fo.Close()
+			if p.ownFo != nil {
+				p.ownFo.Close()
+			}
 			return nil, err
 		}
 		p.q, p.ownQueue = queue.New(d), true
@@ -152,7 +147,7 @@ func (p *Pool) dropWarner() func() {
 }
 
 func (p *Pool) closeClients() {
-	for _, b := range p.backends {
+	for _, b := range p.list() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = b.client.Close(ctx)
 		cancel()
@@ -171,8 +166,17 @@ func (p *Pool) poke() {
 // dispatcher, then returns: a backend that is down does not stop the Pool;
 // it takes jobs once its WebSocket is connected. Start after Stop returns
 // ErrClosed; a second Start does nothing. ctx is not retained.
+//
+// Start first probes the configuration, bounded by ctx (River's SELECT 1):
+// it fails when the queue does not answer (Stats), or when every backend
+// answers GET /system_stats (within 2s) with 401, 403 or 404 (wrong
+// credentials or base path for all of them). A backend that is down, slow
+// or failing (5xx) does not fail Start. Malformed URLs are rejected by New.
 func (p *Pool) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.probe(ctx, p.list()); err != nil { // job.go: fail fast on a broken config
 		return err
 	}
 	p.mu.Lock()
@@ -185,23 +189,28 @@ func (p *Pool) Start(ctx context.Context) error {
 		return nil
 	}
 	p.started = true
-	p.mu.Unlock()
-	for _, b := range p.backends {
+	list := p.list()
+	for _, b := range list {
 		p.wg.Go(func() { p.watch(b) })
 	}
+	p.mu.Unlock()
 	p.wg.Go(p.dispatchLoop)
-	p.log.Info("pool started", "backends", len(p.backends))
+	p.log.Info("pool started", "backends", len(list))
 	p.events.publish(Event{Kind: EventPoolReady})
 	return nil
 }
 
-// watch connects b and reports its state changes until Stop.
+// watch connects b and reports its state changes until Stop or b's
+// removal. After a reconnect it holds b back for its ReconnectGrace, and
+// wakes the dispatcher when the grace ends.
 func (p *Pool) watch(b *backend) {
 	ctx, cancel := context.WithCancel(p.hardCtx)
 	defer cancel()
-	go func() { // ends Connect's wait when Stop begins
+	go func() { // ends Connect's wait when Stop begins or b is removed
 		select {
 		case <-p.stopCh:
+			cancel()
+		case <-b.stop:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -209,10 +218,33 @@ func (p *Pool) watch(b *backend) {
 	changed := b.client.StateChanged()
 	_ = b.client.Connect(ctx) // keeps retrying in the background until Close
 	last := comfy.StateIdle
+	wasConnected := false
+	var grace *time.Timer
+	var graceC <-chan time.Time
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
 	for {
 		st := b.client.State()
 		if st != last {
 			last = st
+			if st == comfy.StateConnected {
+				if wasConnected && b.cfg.ReconnectGrace > 0 {
+					p.mu.Lock()
+					b.graceUntil = time.Now().Add(b.cfg.ReconnectGrace)
+					p.mu.Unlock()
+					if grace == nil {
+						grace = time.NewTimer(b.cfg.ReconnectGrace)
+					} else {
+						grace.Reset(b.cfg.ReconnectGrace)
+					}
+					graceC = grace.C
+					p.log.Info("backend reconnected: in grace", "backend", b.cfg.Name, "grace", b.cfg.ReconnectGrace)
+				}
+				wasConnected = true
+			}
 			s := st
 			p.log.Info("backend state", "backend", b.cfg.Name, "state", st.String())
 			p.events.publish(Event{Kind: EventClientState, Backend: b.cfg.Name, State: &s})
@@ -221,6 +253,14 @@ func (p *Pool) watch(b *backend) {
 		select {
 		case <-changed:
 			changed = b.client.StateChanged()
+		case <-graceC:
+			graceC = nil
+			p.mu.Lock()
+			b.graceUntil = time.Time{}
+			p.mu.Unlock()
+			p.poke()
+		case <-b.stop:
+			return
 		case <-p.stopCh:
 			return
 		}
@@ -252,8 +292,11 @@ func (p *Pool) Stop(ctx context.Context) error {
 		<-done
 	}
 	p.stopOnce.Do(func() {
+		p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
 		// State writers last.
-		p.fo.Close()
+		if p.ownFo != nil {
+			p.ownFo.Close()
+		}
 		p.closeClients()
 		if p.ownQueue {
 			_ = p.q.Close()
@@ -305,7 +348,7 @@ type Stats struct {
 func (p *Pool) Stats(ctx context.Context) Stats {
 	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
 	p.mu.Lock()
-	for _, b := range p.backends {
+	for _, b := range p.list() {
 		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: b.client.State(), InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight})
 	}
 	for _, j := range p.jobs {
@@ -321,19 +364,21 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 // View downloads an output file from the backend that produced it (see
 // Result.Backend), streaming. The caller closes the body.
 func (p *Pool) View(ctx context.Context, backendName string, ref comfy.FileRef) (*comfy.ViewResponse, error) {
-	for _, b := range p.backends {
+	for _, b := range p.list() {
 		if b.cfg.Name == backendName {
 			return b.client.View(ctx, ref, nil)
 		}
 	}
-	return nil, fmt.Errorf("%w: unknown backend %q", ErrInvalid, backendName)
+	return nil, fmt.Errorf("%w: %w %q", ErrInvalid, ErrUnknownBackend, backendName)
 }
 
 // Enqueue adds a job running wf and returns its ID. wf is copied. A job that
 // no backend may ever run (strict binding, tags, excluded backends) fails at
 // once with a *NoBackendError. After Stop it returns ErrClosed. A full queue
-// gives the queue's *queue.FullError; a used idempotency key a
-// *queue.DuplicateError. Enqueue does not wait for the job to run.
+// gives the queue's *queue.FullError. An IdempotencyKey already used by a
+// retained job returns that job's ID and a nil error, without a new job.
+// With Config.Accounting, Reserve is called first and its error rejects the
+// job (matching ErrRejected). Enqueue does not wait for the job to run.
 func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
 	if opts == nil {
 		opts = &EnqueueOpts{}
@@ -345,6 +390,9 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 	if len(wf) == 0 {
 		return "", fmt.Errorf("%w: empty workflow", ErrInvalid)
 	}
+	if err := validateInputs(o.Inputs, wf); err != nil {
+		return "", err
+	}
 	raw, err := json.Marshal(wf)
 	if err != nil {
 		return "", fmt.Errorf("%w: workflow: %v", ErrInvalid, err)
@@ -354,20 +402,40 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 		return "", fmt.Errorf("%w: workflow: %w", ErrInvalid, err)
 	}
 	wh := sum.String()
-	eligible := false
-	for _, b := range p.backends {
-		if b.accepts(wh, o.Tags) && !slices.Contains(o.ExcludeBackends, b.cfg.Name) {
-			eligible = true
-			break
-		}
-	}
-	if !eligible {
+	if !p.mayRun(wh, o.Tags, o.ExcludeBackends) {
 		return "", &NoBackendError{Workflow: wh, Tags: o.Tags}
+	}
+	if k := o.IdempotencyKey; k != "" {
+		id, ke, err := p.claimKey(ctx, k)
+		if err != nil || ke == nil {
+			return id, err
+		}
+		defer p.releaseKey(k, ke)
+		return p.enqueue(ctx, wf, raw, wh, &o, ke)
+	}
+	return p.enqueue(ctx, wf, raw, wh, &o, nil)
+}
+
+// enqueue reserves (Accounting), stores the job and creates its record.
+func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh string, o *EnqueueOpts, ke *keyEntry) (string, error) {
+	maxAttempts := cmp.Or(o.MaxAttempts, queue.DefaultMaxAttempts)
+	rinfo := &JobInfo{Workflow: wh, Metadata: maps.Clone(o.Metadata), MaxAttempts: maxAttempts}
+	reservation, err := p.reserve(ctx, rinfo)
+	if err != nil {
+		return "", err
+	}
+	reserved := p.cfg.Accounting != nil
+	rinfo.Reservation = reservation
+	refund := func(why error) {
+		if reserved {
+			p.settleAccount(rinfo, nil, why)
+		}
 	}
 
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.stopping {
+		p.mu.Unlock()
+		refund(ErrClosed)
 		return "", ErrClosed
 	}
 	// The lock is held across the queue call so that the dispatcher cannot
@@ -383,17 +451,31 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 		ExcludeBackends: o.ExcludeBackends,
 	})
 	if err != nil {
+		p.mu.Unlock()
+		refund(err)
+		var de *queue.DuplicateError
+		if errors.As(err, &de) {
+			// The queue still holds the key of a job whose record this
+			// Pool no longer has.
+			return de.ExistingID, nil
+		}
 		return "", fmt.Errorf("pool: enqueue: %w", err)
 	}
 	js := &jobState{
-		id: qj.ID, wf: wf.Clone(), hash: wh, opts: o, status: StatusQueued,
+		id: qj.ID, wf: wf.Clone(), hash: wh, opts: *o, status: StatusQueued,
 		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts, done: make(chan struct{}),
 		cancelCh: make(chan struct{}), excluded: slices.Clone(o.ExcludeBackends),
+		reservation: reservation, reserved: reserved,
 	}
 	p.jobs[js.id] = js
+	p.notePreferLocked(js)
+	if ke != nil {
+		ke.id = js.id
+	}
 	p.workflows[wh]++
 	p.armTimeouts(js)
 	p.pruneLocked(time.Now())
+	p.mu.Unlock()
 	p.events.publish(Event{Kind: EventJobQueued, JobID: js.id})
 	return js.id, nil
 }
@@ -404,6 +486,7 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 // before the job ended, ErrClosed.
 func (p *Pool) Wait(ctx context.Context, id string) (*Result, error) {
 	p.mu.Lock()
+	p.pruneLocked(time.Now())
 	js := p.jobs[id]
 	p.mu.Unlock()
 	if js == nil {
@@ -439,13 +522,16 @@ func (p *Pool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*
 	return res, err
 }
 
-// Job returns a snapshot of the job's record.
+// Job returns a snapshot of the job's record. A terminal record is kept
+// for Config.Retention after the job ended and while at most
+// Config.MaxRetained are kept; after that Job and Wait give ErrNotFound.
 func (p *Pool) Job(ctx context.Context, id string) (*JobInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.pruneLocked(time.Now())
 	js := p.jobs[id]
 	if js == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -511,6 +597,9 @@ func (p *Pool) pruneLocked(now time.Time) {
 		}
 		p.retained.Remove(el)
 		delete(p.jobs, js.id)
+		if k := js.opts.IdempotencyKey; k != "" && p.keys[k] != nil && p.keys[k].id == js.id {
+			delete(p.keys, k)
+		}
 	}
 }
 
@@ -538,6 +627,13 @@ func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
 	}
 	js.stopTimers()
 	js.wf = nil // the queue payload keeps the JSON; free the parsed graph
+	js.opts.Inputs = nil
+	if res != nil {
+		res.pool = p
+		res.files = outputFiles(res.Backend, res.Comfy, js.downloads)
+	}
+	js.downloads = nil
+	acct := p.accountLocked(js)
 	if p.workflows[js.hash]--; p.workflows[js.hash] <= 0 {
 		delete(p.workflows, js.hash)
 	}
@@ -553,6 +649,7 @@ func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
 		ev.Kind = EventJobCancelled
 	}
 	p.mu.Unlock()
+	p.settleAccount(acct, res, err)
 	close(js.done)
 	p.events.publish(ev)
 	return true

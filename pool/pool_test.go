@@ -531,7 +531,7 @@ func TestTimeouts(t *testing.T) {
 			blocker, err := b.pool.Enqueue(t.Context(), zeroWF(t, 0), &pool.EnqueueOpts{ExcludeBackends: []string{"gpu-1"}})
 			require.NoError(t, err)
 			synctest.Wait()
-			id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Timeouts: pool.Timeouts{Start: 3 * time.Second}})
+			id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{PreferBackends: []string{"gpu-0"}, Timeouts: pool.Timeouts{Start: 3 * time.Second}})
 			require.NoError(t, err)
 			res, err := b.pool.Wait(t.Context(), id)
 			require.NoError(t, err)

@@ -1,0 +1,256 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+)
+
+// ErrUnknownBackend is returned (wrapped, with the name) by RemoveBackend,
+// DrainBackend and View for a backend name the Pool does not have.
+var ErrUnknownBackend = errors.New("pool: unknown backend")
+
+// errRemoved is the cause of a removed backend's context: its running
+// prompts are interrupted and their jobs requeued without an attempt.
+var errRemoved = errors.New("pool: backend removed")
+
+// backend is one ComfyUI server of the Pool.
+type backend struct {
+	cfg       BackendConfig
+	client    *comfy.Client
+	workflows []string // nil: any
+	index     int      // position in configuration order (added ones last)
+
+	// ctx ends (cause errRemoved or the hard stop) when the backend's
+	// running prompts must give up; stop is closed when it is removed (its
+	// watcher ends).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+
+	// Guarded by Pool.mu.
+	inflight   int
+	last       string    // workflow completed last
+	graceUntil time.Time // no new job before (reconnect grace)
+	draining   bool      // takes no new job
+	removed    bool      // out of the Pool; closes idle when inflight is 0
+	idle       chan struct{}
+	closing    bool // its client is being (or was) closed
+}
+
+func (b *backend) accepts(wf string, tags []string) bool {
+	if b.workflows != nil && !slices.Contains(b.workflows, wf) {
+		return false
+	}
+	for _, t := range tags {
+		if !slices.Contains(b.cfg.Tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// newBackend creates the backend and its client (no I/O). bc has its
+// defaults applied and is valid.
+func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
+	cl, err := comfy.NewClient(bc.URL, bc.Client)
+	if err != nil {
+		return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
+	}
+	b := &backend{cfg: bc, client: cl, index: index, stop: make(chan struct{}), idle: make(chan struct{})}
+	b.ctx, b.cancel = context.WithCancelCause(p.hardCtx)
+	if bc.Workflows != nil {
+		for _, s := range bc.Workflows {
+			b.workflows = append(b.workflows, s.String())
+		}
+	}
+	return b, nil
+}
+
+// list returns the current backends: an immutable snapshot, replaced (under
+// Pool.mu) when a backend is added or removed.
+func (p *Pool) list() []*backend {
+	if l := p.backends.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// setListLocked replaces the snapshot. Caller holds p.mu.
+func (p *Pool) setListLocked(l []*backend) { p.backends.Store(&l) }
+
+// lookupLocked finds a backend by name. Caller holds p.mu.
+func (p *Pool) lookupLocked(name string) *backend {
+	for _, b := range p.list() {
+		if b.cfg.Name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// mayRun reports whether some backend that is not draining may ever run a
+// job of workflow wf with tags, not excluded.
+func (p *Pool) mayRun(wf string, tags, exclude []string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.list() {
+		if !b.draining && b.accepts(wf, tags) && !slices.Contains(exclude, b.cfg.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// AddBackend adds a backend to the Pool at run time. bc is copied, gets the
+// same defaults as Config.Backends and is validated (a name already in the
+// Pool is an error wrapping ErrInvalid). The backend connects in the
+// background and takes jobs once its WebSocket is connected, like one that
+// was down at Start; AddBackend does not wait for that. Before Start the
+// backend is simply added to the configured ones; after Stop began it
+// returns ErrClosed.
+func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := Config{Backends: []BackendConfig{bc}}
+	d := c.withDefaults()
+	if err := d.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	bc = d.Backends[0]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return ErrClosed
+	}
+	if p.lookupLocked(bc.Name) != nil {
+		return fmt.Errorf("%w: backend %q is already in the pool", ErrInvalid, bc.Name)
+	}
+	p.nextIndex++
+	b, err := p.newBackend(bc, p.nextIndex)
+	if err != nil {
+		return err
+	}
+	p.setListLocked(append(slices.Clone(p.list()), b))
+	if p.started {
+		p.wg.Go(func() { p.watch(b) })
+	}
+	p.log.Info("backend added", "backend", bc.Name)
+	return nil
+}
+
+// RemoveBackend removes a backend at once: it takes no new job, its running
+// prompts are interrupted and their jobs requeued without counting an
+// attempt (they run again on another backend), then its client is closed.
+// RemoveBackend waits, bounded by ctx, for those jobs to be requeued; when
+// ctx ends first it returns ctx's error and the removal completes in the
+// background. Jobs that only this backend could run (strict binding, tags)
+// stay queued until a backend that may run them is added (their
+// Timeouts.Queue still applies). To let running jobs finish, use
+// DrainBackend. An unknown name gives an error matching ErrUnknownBackend.
+func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	b := p.lookupLocked(name)
+	if b == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+	}
+	p.removeLocked(b)
+	p.mu.Unlock()
+	b.cancel(errRemoved)
+	p.log.Info("backend removed", "backend", name)
+	return p.awaitIdle(ctx, b)
+}
+
+// DrainBackend stops giving the backend new jobs, waits until its running
+// jobs have ended (completed, failed or retried elsewhere), then removes it
+// and closes its client. ctx bounds the wait: when it ends first,
+// DrainBackend returns ctx's error and the backend stays in the Pool,
+// draining (it takes no new job); call RemoveBackend to requeue its jobs
+// and remove it. An unknown name gives an error matching
+// ErrUnknownBackend.
+func (p *Pool) DrainBackend(ctx context.Context, name string) error {
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	b := p.lookupLocked(name)
+	if b == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+	}
+	b.draining = true
+	if b.inflight == 0 {
+		p.removeLocked(b)
+	}
+	p.mu.Unlock()
+	p.log.Info("backend draining", "backend", name)
+	select {
+	case <-b.idle:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	if !b.removed && !p.stopping {
+		p.removeLocked(b)
+	}
+	p.mu.Unlock()
+	p.log.Info("backend drained and removed", "backend", name)
+	return p.awaitIdle(ctx, b)
+}
+
+// removeLocked takes b out of the Pool. Caller holds p.mu. b's watcher
+// ends; once no job runs on it (maybe at once) its client is closed.
+func (p *Pool) removeLocked(b *backend) {
+	if b.removed {
+		return
+	}
+	b.removed, b.draining = true, true
+	close(b.stop)
+	p.setListLocked(slices.DeleteFunc(slices.Clone(p.list()), func(o *backend) bool { return o == b }))
+	p.idleLocked(b)
+}
+
+// idleLocked closes b.idle and b's client when b is removed and runs no
+// job. Caller holds p.mu.
+func (p *Pool) idleLocked(b *backend) {
+	if b.inflight > 0 {
+		return
+	}
+	if b.draining {
+		select {
+		case <-b.idle:
+		default:
+			close(b.idle)
+		}
+	}
+	if b.removed && !b.closing {
+		b.closing = true
+		p.wg.Go(func() {
+			ctx, cancel := bgCtx()
+			defer cancel()
+			_ = b.client.Close(ctx)
+			b.cancel(errRemoved)
+		})
+	}
+}
+
+// awaitIdle waits, bounded by ctx, until removed b runs no job.
+func (p *Pool) awaitIdle(ctx context.Context, b *backend) error {
+	select {
+	case <-b.idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,118 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrRejected is matched by the error Enqueue returns when
+// Accounting.Reserve refused the job; the refusal is wrapped too.
+var ErrRejected = errors.New("pool: enqueue rejected by accounting")
+
+// Accounting is told about each job's cost, as a paid service needs:
+// reserve credits when the job is enqueued, consume them when it completes,
+// refund them when it fails, is cancelled, or the Pool stops before it
+// ended.
+//
+// For every job whose Reserve succeeded the Pool calls exactly one of
+// Consume or Refund, exactly once, whatever happens in between (retries on
+// other backends, timeouts, a Cancel racing the job's completion, Stop).
+// A job whose Reserve failed is not enqueued and gets neither.
+//
+// The methods are called synchronously (Reserve inside Enqueue, Consume and
+// Refund before Wait returns and before the terminal event is published),
+// so they must not block long, and they must not call back into the Pool's
+// Enqueue, Cancel or Stop. A panic in a method is recovered and logged; a
+// panic in Reserve rejects the enqueue.
+type Accounting interface {
+	// Reserve is called by Enqueue before the job is stored. job has no ID
+	// yet (ID is empty); Workflow, Metadata and MaxAttempts are set. An
+	// error rejects the enqueue (Enqueue's error wraps it and matches
+	// ErrRejected). The returned reservation is handed back to Consume or
+	// Refund as job.Reservation (and shown by Pool.Job). ctx is
+	// Enqueue's.
+	Reserve(ctx context.Context, job *JobInfo) (reservation string, err error)
+	// Consume is called once when the job completed; res is its result.
+	Consume(ctx context.Context, job *JobInfo, res *Result)
+	// Refund is called once when the job ended without completing. why is
+	// the job's error: it matches ErrCancelled for a cancel, ErrTimeout
+	// for a queue or overall timeout (a *JobError for other failures) and
+	// ErrClosed when the Pool stopped before the job ended. It is also
+	// called (with Enqueue's error) when storing the job failed after its
+	// Reserve succeeded.
+	Refund(ctx context.Context, job *JobInfo, why error)
+}
+
+// reserve calls Accounting.Reserve if one is configured.
+func (p *Pool) reserve(ctx context.Context, info *JobInfo) (res string, err error) {
+	a := p.cfg.Accounting
+	if a == nil {
+		return "", nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("Accounting.Reserve panicked", "panic", fmt.Sprint(r))
+			err = fmt.Errorf("%w: Reserve panicked", ErrRejected)
+		}
+	}()
+	res, err = a.Reserve(ctx, info)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return res, nil
+}
+
+// accountLocked claims the job's one Consume/Refund call: it returns a
+// snapshot of the job for the hook, or nil when there is nothing to settle
+// (no Accounting, or already settled). Called with Pool.mu held.
+func (p *Pool) accountLocked(js *jobState) *JobInfo {
+	if !js.reserved || js.accounted {
+		return nil
+	}
+	js.accounted = true
+	return js.info()
+}
+
+// settleAccount calls Consume (res != nil) or Refund for a job claimed by
+// accountLocked. Called without Pool.mu.
+func (p *Pool) settleAccount(info *JobInfo, res *Result, why error) {
+	a := p.cfg.Accounting
+	if info == nil || a == nil {
+		return
+	}
+	ctx, cancel := bgCtx()
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("Accounting hook panicked", "job_id", info.ID, "panic", fmt.Sprint(r))
+		}
+	}()
+	if res != nil {
+		a.Consume(ctx, info, res)
+		return
+	}
+	a.Refund(ctx, info, why)
+}
+
+// refundUnfinished refunds every job that has not ended: the Pool is
+// stopping and will never settle it. Called by Stop once the runners are
+// done.
+func (p *Pool) refundUnfinished() {
+	if p.cfg.Accounting == nil {
+		return
+	}
+	var infos []*JobInfo
+	p.mu.Lock()
+	for _, js := range p.jobs {
+		if !js.terminal {
+			if info := p.accountLocked(js); info != nil {
+				infos = append(infos, info)
+			}
+		}
+	}
+	p.mu.Unlock()
+	for _, info := range infos {
+		p.settleAccount(info, nil, ErrClosed)
+	}
+}

@@ -1,0 +1,163 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/comfypool/comfypool/comfy"
+)
+
+// InputFile is a file the job needs on the backend that runs it (an image
+// for LoadImage, say). On every attempt the Pool uploads it to that
+// attempt's backend (POST /upload/image, type "input") and sets each
+// target input to the name the server returned, which differs from Name
+// when the server already holds a different file of that name. The uploads
+// share the attempt's submit bound (Config.SubmitTimeout, or Timeouts.Start
+// when set); a failed upload is a backend fault: the attempt fails and the
+// job is retried on another backend.
+type InputFile struct {
+	// Name is the file name to upload as: a plain name, no path. Required.
+	Name string
+	// Data is the file's content. The Pool keeps a reference (it does
+	// not copy it): do not modify it until the job ended.
+	Data []byte
+	// Open, used when Data is nil, returns a fresh reader of the content.
+	// It is called once per attempt and the reader is closed after the
+	// upload. An error from Open fails the job (no retry).
+	Open func() (io.ReadCloser, error)
+	// Targets are the workflow inputs set to the uploaded file's name,
+	// e.g. {Node: "10", Input: "image"} for a LoadImage node. At least one
+	// is required.
+	Targets []InputTarget
+}
+
+// InputTarget names one input of one workflow node.
+type InputTarget struct {
+	Node  string
+	Input string
+}
+
+// InputError is a job's input file that could not be read (its Open
+// failed). It is the job's own fault: it fails the job without retry and
+// without blocking the backend, and it matches comfy.ErrInvalidWorkflow for
+// that reason.
+type InputError struct {
+	// Name is the InputFile's Name.
+	Name string
+	// Err is Open's error.
+	Err error
+}
+
+// Error implements error.
+func (e *InputError) Error() string {
+	return fmt.Sprintf("pool: input file %q: %v", e.Name, e.Err)
+}
+
+// Unwrap returns Open's error.
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Is reports whether target is comfy.ErrInvalidWorkflow (see InputError).
+func (e *InputError) Is(target error) bool { return target == comfy.ErrInvalidWorkflow }
+
+func cloneInputs(in []InputFile) []InputFile {
+	if in == nil {
+		return nil
+	}
+	out := make([]InputFile, len(in))
+	for i, f := range in {
+		f.Targets = append([]InputTarget(nil), f.Targets...)
+		out[i] = f
+	}
+	return out
+}
+
+// validateInputs checks opts.Inputs against the workflow.
+func validateInputs(in []InputFile, wf comfy.Workflow) error {
+	for i, f := range in {
+		switch {
+		case f.Name == "" || strings.ContainsAny(f.Name, "/\\\x00"):
+			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d].Name %q must be a plain non-empty file name", ErrInvalid, i, f.Name)
+		case f.Data == nil && f.Open == nil:
+			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s) has neither Data nor Open", ErrInvalid, i, f.Name)
+		case len(f.Targets) == 0:
+			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s) has no Targets", ErrInvalid, i, f.Name)
+		}
+		for _, t := range f.Targets {
+			if _, ok := wf[t.Node]; !ok {
+				return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s): no node %q in the workflow", ErrInvalid, i, f.Name, t.Node)
+			}
+			if t.Input == "" {
+				return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s): node %q: empty input name", ErrInvalid, i, f.Name, t.Node)
+			}
+		}
+	}
+	return nil
+}
+
+// prepareInputs returns the workflow to submit for this attempt on b: the
+// job's workflow itself when it has no input files, else a copy whose
+// target inputs name the files just uploaded to b. An upload failure is
+// returned as is (a backend fault: the job is retried elsewhere).
+func (p *Pool) prepareInputs(ctx context.Context, b *backend, js *jobState) (comfy.Workflow, error) {
+	p.mu.Lock()
+	wf := js.wf
+	p.mu.Unlock()
+	if len(js.opts.Inputs) == 0 || wf == nil {
+		return wf, nil
+	}
+	wf = wf.Clone()
+	for _, f := range js.opts.Inputs {
+		var r io.ReadCloser
+		if f.Data != nil {
+			r = io.NopCloser(bytes.NewReader(f.Data))
+		} else {
+			var err error
+			if r, err = openInput(f); err != nil {
+				return nil, &InputError{Name: f.Name, Err: err}
+			}
+		}
+		ref, err := b.client.UploadImage(ctx, r, f.Name, nil)
+		_ = r.Close()
+		if err != nil {
+			return nil, fmt.Errorf("pool: upload input %q to %s: %w", f.Name, b.cfg.Name, err)
+		}
+		name := ref.Filename
+		if ref.Subfolder != "" {
+			name = ref.Subfolder + "/" + ref.Filename
+		}
+		for _, t := range f.Targets {
+			if err := wf.SetInput(t.Node, t.Input, name); err != nil {
+				return nil, err // validated at Enqueue: cannot happen
+			}
+		}
+	}
+	return wf, nil
+}
+
+// openInput calls f.Open, turning a panic or a nil reader into an error.
+func openInput(f InputFile) (r io.ReadCloser, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r, err = nil, fmt.Errorf("Open panicked: %v", v)
+		}
+	}()
+	r, err = f.Open()
+	if err == nil && r == nil {
+		err = errors.New("Open returned a nil reader")
+	}
+	return r, err
+}
+
+// submit uploads the job's input files to b (see prepareInputs) and submits
+// the resulting workflow to b.
+func (p *Pool) submit(ctx context.Context, b *backend, js *jobState, opts *comfy.RunOptions) (*comfy.Prompt, error) {
+	wf, err := p.prepareInputs(ctx, b, js)
+	if err != nil {
+		return nil, err
+	}
+	return b.client.Submit(ctx, wf, opts)
+}

@@ -1,0 +1,138 @@
+package pool_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/pool"
+)
+
+var loadImageWF = []byte(`{"1":{"class_type":"LoadImage","inputs":{"image":"placeholder.png"}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"in"}}}`)
+
+// imageInputs returns the LoadImage "image" input of every prompt the
+// server accepted.
+func imageInputs(t *testing.T, prompts []comfytest.ReceivedPrompt) []string {
+	t.Helper()
+	var out []string
+	for _, p := range prompts {
+		if p.Status != 200 {
+			continue
+		}
+		var wf map[string]struct {
+			Inputs map[string]any `json:"inputs"`
+		}
+		require.NoError(t, json.Unmarshal(p.Prompt, &wf))
+		out = append(out, wf["1"].Inputs["image"].(string))
+	}
+	return out
+}
+
+func uploads(s *comfytest.Server) int {
+	n := 0
+	for _, r := range s.Requests() {
+		if strings.HasSuffix(r.Path, "/upload/image") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestInputFilesUploadedToEachAttemptsBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 2, nil, nil)
+		// gpu-1 already holds a different photo.png: its upload is renamed.
+		seed, err := comfy.NewClient(b.servers[1].URL, &comfy.ClientOptions{HTTPClient: b.servers[1].Client(), Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		ref, err := seed.UploadImage(t.Context(), strings.NewReader("other bytes"), "photo.png", nil)
+		require.NoError(t, err)
+		require.Equal(t, "photo.png", ref.Filename)
+		want := map[string]string{"gpu-0": "photo.png", "gpu-1": "photo (1).png"}
+
+		// Each server fails its first prompt: attempt 1 fails on one
+		// backend, attempt 2 on the other, attempt 3 succeeds there (after
+		// its cooldown), whichever backend goes first.
+		for _, s := range b.servers {
+			s.FailNext("/prompt", 1, 500)
+		}
+		opens := 0
+		res, err := b.pool.Run(t.Context(), mustWF(t, loadImageWF), &pool.EnqueueOpts{
+			Inputs: []pool.InputFile{{
+				Name: "photo.png",
+				Open: func() (io.ReadCloser, error) {
+					opens++
+					return io.NopCloser(bytes.NewReader([]byte("the photo"))), nil
+				},
+				Targets: []pool.InputTarget{{Node: "1", Input: "image"}},
+			}},
+		})
+		require.NoError(t, err, "LoadImage found the uploaded file")
+		require.Len(t, res.Attempts, 3)
+		first, second := res.Attempts[0].Backend, res.Attempts[1].Backend
+		require.NotEqual(t, first, second, "the retry ran on the other backend")
+		assert.Equal(t, second, res.Backend)
+		assert.Equal(t, 3, opens, "Open is called once per attempt")
+		require.NoError(t, b.pool.Stop(t.Context()))
+
+		for i, s := range b.servers {
+			name := fmt.Sprintf("gpu-%d", i)
+			n := uploads(s)
+			prompts := s.Prompts()
+			if name == first {
+				assert.Equal(t, 1, n, "%s: one upload for its one attempt", name)
+				assert.Empty(t, imageInputs(t, prompts))
+			} else {
+				assert.Equal(t, 2+i, n, "%s: one upload per attempt (plus the seed on gpu-1)", name)
+				assert.Equal(t, []string{want[name]}, imageInputs(t, prompts), "%s: the workflow names the file as the server stored it", name)
+			}
+		}
+	})
+}
+
+func TestInputFileErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var blocked int
+		b := setup(t, 1, nil, func(c *pool.Config) {
+			c.Failover = &failover.Config{OnEvent: func(failover.Event) { blocked++ }}
+		})
+		wf := mustWF(t, loadImageWF)
+		target := []pool.InputTarget{{Node: "1", Input: "image"}}
+		for _, bad := range []pool.InputFile{
+			{Name: "", Data: []byte("x"), Targets: target},
+			{Name: "a/b.png", Data: []byte("x"), Targets: target},
+			{Name: "a.png", Targets: target},
+			{Name: "a.png", Data: []byte("x")},
+			{Name: "a.png", Data: []byte("x"), Targets: []pool.InputTarget{{Node: "9", Input: "image"}}},
+			{Name: "a.png", Data: []byte("x"), Targets: []pool.InputTarget{{Node: "1"}}},
+		} {
+			_, err := b.pool.Enqueue(t.Context(), wf, &pool.EnqueueOpts{Inputs: []pool.InputFile{bad}})
+			assert.ErrorIs(t, err, pool.ErrInvalid, "%+v", bad)
+		}
+
+		boom := errors.New("disk gone")
+		_, err := b.pool.Run(t.Context(), wf, &pool.EnqueueOpts{Inputs: []pool.InputFile{{
+			Name: "a.png", Targets: target, Open: func() (io.ReadCloser, error) { return nil, boom },
+		}}})
+		var ie *pool.InputError
+		require.ErrorAs(t, err, &ie)
+		assert.ErrorIs(t, err, boom)
+		var je *pool.JobError
+		require.ErrorAs(t, err, &je)
+		assert.Len(t, je.Attempts, 1, "the job's own fault: no retry")
+		require.NoError(t, b.pool.Stop(t.Context()))
+		assert.Zero(t, blocked, "and no failover block")
+		assert.Empty(t, b.servers[0].Prompts())
+	})
+}

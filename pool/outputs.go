@@ -1,0 +1,165 @@
+package pool
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/comfypool/comfypool/comfy"
+)
+
+// DefaultMaxDownloadBytes is the default of Config.MaxDownloadBytes.
+const DefaultMaxDownloadBytes = 256 << 20
+
+// ErrOutputTooLarge is matched by *OutputTooLargeError.
+var ErrOutputTooLarge = errors.New("pool: outputs too large to download")
+
+// OutputTooLargeError fails a job run with EnqueueOpts.DownloadOutputs
+// whose output files add up to more than Config.MaxDownloadBytes. The job
+// is not retried (its outputs would be as large elsewhere): the error
+// matches ErrOutputTooLarge and, for the failover, comfy.ErrInvalidWorkflow.
+type OutputTooLargeError struct {
+	// File is the file that crossed the limit.
+	File comfy.FileRef
+	// Limit is Config.MaxDownloadBytes.
+	Limit int64
+}
+
+// Error implements error.
+func (e *OutputTooLargeError) Error() string {
+	return fmt.Sprintf("pool: output files exceed MaxDownloadBytes (%d bytes) at %q", e.Limit, e.File.Filename)
+}
+
+// Is reports whether target is ErrOutputTooLarge or comfy.ErrInvalidWorkflow.
+func (e *OutputTooLargeError) Is(target error) bool {
+	return target == ErrOutputTooLarge || target == comfy.ErrInvalidWorkflow
+}
+
+// OutputFile is one output file of a completed job.
+type OutputFile struct {
+	// Backend is the backend that holds the file (Result.Backend).
+	Backend string
+	// Node is the output node that produced it.
+	Node string
+	// Ref locates the file on Backend (see Pool.View).
+	Ref comfy.FileRef
+	// Data and ContentType hold the file when the job ran with
+	// EnqueueOpts.DownloadOutputs; Data is nil otherwise.
+	Data        []byte
+	ContentType string
+}
+
+// OutputFiles returns the job's output files, nodes in id order, with the
+// backend holding each and, if they were downloaded eagerly, their bytes.
+func (r *Result) OutputFiles() []OutputFile {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.files)
+}
+
+// Open streams one output file of the result: from memory when it was
+// downloaded eagerly (EnqueueOpts.DownloadOutputs), else from the backend
+// that holds it. The caller closes the reader. A ref that is not one of
+// the result's files gives an error matching ErrNotFound.
+func (r *Result) Open(ctx context.Context, ref comfy.FileRef) (io.ReadCloser, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil Result", ErrInvalid)
+	}
+	i := slices.IndexFunc(r.files, func(f OutputFile) bool { return f.Ref == ref })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: output file %q of job %s", ErrNotFound, ref.Filename, r.JobID)
+	}
+	if f := r.files[i]; f.Data != nil {
+		return io.NopCloser(bytes.NewReader(f.Data)), nil
+	}
+	if r.pool == nil {
+		return nil, fmt.Errorf("%w: Result not produced by a Pool", ErrInvalid)
+	}
+	resp, err := r.pool.View(ctx, r.Backend, ref)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// outputFiles lists cres's files for the Result, with the eagerly
+// downloaded bytes when there are any.
+func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputFile {
+	if cres == nil {
+		return nil
+	}
+	nodes := make([]string, 0, len(cres.Outputs))
+	for id := range cres.Outputs {
+		nodes = append(nodes, id)
+	}
+	slices.SortFunc(nodes, compareNodeIDs)
+	var out []OutputFile
+	for _, n := range nodes {
+		for _, ref := range cres.Outputs[n].Files() {
+			f := OutputFile{Backend: backend, Node: n, Ref: ref}
+			if i := slices.IndexFunc(got, func(g OutputFile) bool { return g.Node == n && g.Ref == ref }); i >= 0 {
+				f.Data, f.ContentType = got[i].Data, got[i].ContentType
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// compareNodeIDs orders numeric ids numerically, before other ids.
+func compareNodeIDs(a, b string) int {
+	x, errA := strconv.Atoi(a)
+	y, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}
+
+// fetchOutputs downloads the output files of a job run with
+// DownloadOutputs from b, before the job completes, and keeps them in the
+// job's record. A download error is returned as is (a backend fault: the
+// job is retried elsewhere); too many bytes give an *OutputTooLargeError.
+func (p *Pool) fetchOutputs(ctx context.Context, js *jobState, b *backend, cres *comfy.Result) error {
+	if !js.opts.DownloadOutputs || cres == nil {
+		return nil
+	}
+	limit := p.cfg.MaxDownloadBytes
+	left := limit
+	var got []OutputFile
+	for _, f := range outputFiles(b.cfg.Name, cres, nil) {
+		resp, err := b.client.View(ctx, f.Ref, nil)
+		if err != nil {
+			return fmt.Errorf("pool: download output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, left+1))
+		_ = resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("pool: download output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
+		}
+		if int64(len(data)) > left {
+			return &OutputTooLargeError{File: f.Ref, Limit: limit}
+		}
+		left -= int64(len(data))
+		if data == nil {
+			data = []byte{}
+		}
+		f.Data, f.ContentType = data, resp.ContentType
+		got = append(got, f)
+	}
+	p.mu.Lock()
+	js.downloads = got
+	p.mu.Unlock()
+	return nil
+}

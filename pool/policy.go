@@ -1,0 +1,113 @@
+package pool
+
+import (
+	"cmp"
+	"slices"
+	"sync/atomic"
+)
+
+// Candidate is a backend that may lease a job now (connected, not in its
+// reconnect grace, not draining, below its MaxInFlight), as a Policy sees
+// it.
+type Candidate struct {
+	// Name is the backend's name.
+	Name string
+	// Index is the backend's position in the Pool (configuration order,
+	// backends added at run time last).
+	Index int
+	// InFlight and MaxInFlight are the backend's running prompts and limit.
+	InFlight, MaxInFlight int
+	// Last is the structure hash of the workflow the backend completed
+	// last ("" if none): its models are loaded.
+	Last string
+	// LastPending reports whether the Pool holds unfinished jobs of Last,
+	// that is whether the backend's warm models are wanted.
+	LastPending bool
+}
+
+// Policy chooses among free backends. It fits the Pool's lease model: the
+// dispatcher does not pick a job for a backend, it lets free backends lease
+// from the queue one after another, each taking the best job it may run
+// (highest priority, then a workflow it prefers, then oldest). A Policy
+// decides the order in which free backends lease (the first gets the best
+// job) and which workflows each prefers.
+//
+// Per-job EnqueueOpts.PreferBackends come before the Policy: a free backend
+// that queued jobs prefer leases first, preferring those jobs' workflows,
+// then the Policy's. EnqueueOpts.ExcludeBackends and strict binding are
+// filters of the queue and cannot be overridden.
+//
+// The dispatcher calls a Policy from one goroutine, on its hot path: it must
+// be quick and must not block.
+type Policy interface {
+	// Order sorts the free backends in place; the first leases first.
+	Order(free []Candidate)
+	// Prefer returns the structure hashes c prefers among eligible jobs of
+	// the same priority, best first (nil: oldest first).
+	Prefer(c *Candidate) []string
+}
+
+// WarmAffinity is the default Policy. A backend prefers the workflow it ran
+// last (its models are loaded; a model load costs seconds to minutes on a
+// real GPU); backends whose warm workflow has jobs waiting lease first,
+// then the least loaded (InFlight/MaxInFlight), then in configuration
+// order.
+type WarmAffinity struct{}
+
+// Order implements Policy.
+func (WarmAffinity) Order(free []Candidate) {
+	slices.SortStableFunc(free, func(a, b Candidate) int {
+		if a.LastPending != b.LastPending {
+			if a.LastPending {
+				return -1
+			}
+			return 1
+		}
+		// a.InFlight/a.MaxInFlight vs b.InFlight/b.MaxInFlight, exactly.
+		if c := cmp.Compare(a.InFlight*b.MaxInFlight, b.InFlight*a.MaxInFlight); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Index, b.Index)
+	})
+}
+
+// Prefer implements Policy: the backend's last workflow.
+func (WarmAffinity) Prefer(c *Candidate) []string {
+	if c.Last == "" {
+		return nil
+	}
+	return []string{c.Last}
+}
+
+// RoundRobin is a Policy that ignores warm models: free backends lease in
+// turn, starting one further each time, and take the oldest job. It is
+// meant for comparison; use a pointer (&RoundRobin{}), it keeps the turn.
+type RoundRobin struct {
+	next atomic.Uint64
+}
+
+// Order implements Policy.
+func (r *RoundRobin) Order(free []Candidate) {
+	if len(free) == 0 {
+		return
+	}
+	slices.SortFunc(free, func(a, b Candidate) int { return cmp.Compare(a.Index, b.Index) })
+	k := int(r.next.Add(1)-1) % len(free)
+	slices.Reverse(free[:k])
+	slices.Reverse(free[k:])
+	slices.Reverse(free)
+}
+
+// Prefer implements Policy: no preference.
+func (r *RoundRobin) Prefer(*Candidate) []string { return nil }
+
+// UnblockNotifier is an optional interface of a Config.FailoverStrategy.
+// Unblocked returns a channel that receives a value (1-buffered, coalesced)
+// whenever a blocked (backend, workflow) pair may have become allowed; the
+// dispatcher wakes on it, so a job waiting for that pair runs with no other
+// activity. Without it, a custom Strategy's blocks are re-checked only when
+// something else wakes the dispatcher (an enqueue, a slot freeing, a
+// backend state change, a retry delay ending).
+type UnblockNotifier interface {
+	Unblocked() <-chan struct{}
+}
