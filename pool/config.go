@@ -25,6 +25,10 @@ const (
 	DefaultMaxRetained   = 10_000
 	// DefaultReconnectGrace is BackendConfig.ReconnectGrace's default.
 	DefaultReconnectGrace = 2 * time.Second
+	// DefaultOfflineTimeout is Config.OfflineTimeout's default.
+	DefaultOfflineTimeout = time.Minute
+	// DefaultInterruptTimeout is Config.InterruptTimeout's default.
+	DefaultInterruptTimeout = 30 * time.Second
 )
 
 // Config configures a Pool. New copies it; the caller's struct is never
@@ -54,6 +58,21 @@ type Config struct {
 	// SubmitTimeout bounds connecting to a backend and posting a prompt
 	// when the job has no Timeouts.Start. Defaults to 1m.
 	SubmitTimeout time.Duration
+
+	// OfflineTimeout is how long a backend may stay disconnected while it
+	// runs a job before the Pool gives the attempt up as a backend fault
+	// (the job is retried elsewhere, per its attempts) rather than wait for
+	// the server to come back. A server that comes back within it is
+	// reconciled by its client and the job goes on. Defaults to 1m; -1
+	// waits forever.
+	OfflineTimeout time.Duration
+
+	// InterruptTimeout is how long the Pool waits for a prompt to stop
+	// after interrupting it (cancel, timeout, removal, hard stop) before it
+	// abandons the prompt and ends the attempt anyway: a server that
+	// ignores interrupts must not hold the job forever. The abandoned
+	// prompt may still run to its end on the server. Defaults to 30s.
+	InterruptTimeout time.Duration
 
 	// BackoffMin and BackoffMax bound the exponential backoff (with jitter)
 	// before retrying a job after a backend fault: attempt n waits about
@@ -152,6 +171,8 @@ func (c *Config) withDefaults() Config {
 	}
 	d.LeaseDuration = cmp.Or(d.LeaseDuration, DefaultLeaseDuration)
 	d.SubmitTimeout = cmp.Or(d.SubmitTimeout, DefaultSubmitTimeout)
+	d.OfflineTimeout = cmp.Or(d.OfflineTimeout, DefaultOfflineTimeout)
+	d.InterruptTimeout = cmp.Or(d.InterruptTimeout, DefaultInterruptTimeout)
 	d.BackoffMin = cmp.Or(d.BackoffMin, DefaultBackoffMin)
 	d.BackoffMax = cmp.Or(d.BackoffMax, DefaultBackoffMax)
 	d.EventBuffer = cmp.Or(d.EventBuffer, DefaultEventBuffer)
@@ -202,6 +223,10 @@ func (c *Config) validate() error {
 		return errors.New("pool: LeaseDuration cannot be negative")
 	case c.SubmitTimeout < 0:
 		return errors.New("pool: SubmitTimeout cannot be negative")
+	case c.OfflineTimeout < -1:
+		return errors.New("pool: OfflineTimeout must be positive, 0 (default) or -1 (wait forever)")
+	case c.InterruptTimeout < 0:
+		return errors.New("pool: InterruptTimeout cannot be negative")
 	case c.BackoffMin < -1:
 		return errors.New("pool: BackoffMin must be positive, 0 (default) or -1 (no delay)")
 	case c.BackoffMax < 0:

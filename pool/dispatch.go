@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -289,7 +290,7 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 		att.PromptID = prompt.ID()
 		emitStarted(prompt.ID())
 		var res *comfy.Result
-		res, err = p.watchPrompt(ctx, js, qj, prompt, execStarted, startC)
+		res, err = p.watchPrompt(ctx, b, js, qj, prompt, execStarted, startC)
 		if err == nil {
 			err = p.fetchOutputs(ctx, js, b, res) // outputs.go: eager download
 		}
@@ -305,9 +306,15 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 // interrupting it on cancel, timeout or hard stop. It returns the prompt's
 // result, or the error that ended it (a start timeout replaces the
 // interrupt error).
-func (p *Pool) watchPrompt(ctx context.Context, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
+func (p *Pool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
 	hb := time.NewTicker(max(p.cfg.LeaseDuration/3, time.Millisecond))
 	defer hb.Stop()
+	// Two bounds keep a job from waiting forever on a prompt: the backend
+	// staying offline (offline), and a prompt that does not stop after an
+	// interrupt (abandon).
+	var offline, abandon timer
+	defer offline.stop()
+	defer abandon.stop()
 	var cause error
 	interrupt := func(why error) {
 		if cause == nil {
@@ -316,10 +323,37 @@ func (p *Pool) watchPrompt(ctx context.Context, js *jobState, qj *queue.Job, pro
 		ictx, cancel := bgCtx()
 		defer cancel()
 		_ = prompt.Interrupt(ictx)
+		abandon.startOnce(p.cfg.InterruptTimeout)
 	}
+	stateCh := b.client.StateChanged()
+	watchState := func() {
+		if p.cfg.OfflineTimeout < 0 {
+			return
+		}
+		if b.client.State() == comfy.StateConnected {
+			offline.stop()
+		} else {
+			offline.startOnce(p.cfg.OfflineTimeout)
+		}
+	}
+	watchState()
 	cancelCh, ctxDone := js.cancelCh, ctx.Done()
 	for {
 		select {
+		case <-stateCh:
+			stateCh = b.client.StateChanged()
+			watchState()
+		case <-offline.c:
+			offline.stop()
+			p.log.Warn("backend offline with a job running; giving the attempt up",
+				"backend", b.cfg.Name, "job_id", js.id, "prompt_id", prompt.ID())
+			return nil, fmt.Errorf("%w: %s disconnected for %s while running prompt %s",
+				ErrBackendOffline, b.cfg.Name, p.cfg.OfflineTimeout, prompt.ID())
+		case <-abandon.c:
+			abandon.stop()
+			p.log.Warn("prompt did not stop after an interrupt; abandoning it",
+				"backend", b.cfg.Name, "job_id", js.id, "prompt_id", prompt.ID())
+			return nil, cause
 		case <-prompt.Done():
 			res, err := prompt.Wait(context.Background())
 			if err != nil && cause != nil {
@@ -450,4 +484,27 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	p.mu.Unlock()
 	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "err", err)
 	p.events.publish(Event{Kind: EventJobRetrying, JobID: js.id, Backend: b.cfg.Name, Attempt: n, PromptID: att.PromptID, Err: err, RetryAfter: delay})
+}
+
+// timer is a stoppable one-shot timer whose channel is nil while it is not
+// running, for use in a select.
+type timer struct {
+	t *time.Timer
+	c <-chan time.Time
+}
+
+// startOnce starts the timer for d unless it is running.
+func (t *timer) startOnce(d time.Duration) {
+	if t.t == nil {
+		t.t = time.NewTimer(d)
+		t.c = t.t.C
+	}
+}
+
+// stop stops the timer; it can be started again.
+func (t *timer) stop() {
+	if t.t != nil {
+		t.t.Stop()
+		t.t, t.c = nil, nil
+	}
 }

@@ -21,6 +21,10 @@ var (
 	ErrNoBackend = errors.New("pool: no backend may run the job")
 	// ErrTimeout is matched by *TimeoutError.
 	ErrTimeout = errors.New("pool: job timed out")
+	// ErrBackendOffline ends an attempt whose backend stayed disconnected
+	// longer than Config.OfflineTimeout. It is a backend fault: the job is
+	// retried on another backend.
+	ErrBackendOffline = errors.New("pool: backend offline")
 	// ErrInvalid is wrapped by errors about bad arguments.
 	ErrInvalid = errors.New("pool: invalid argument")
 )

@@ -233,11 +233,8 @@ func TestFailureTakesTooLong(t *testing.T) {
 // An overall timeout on a server that ignores the interrupt (a stuck
 // node, an old server): the job must still end when the timeout fires.
 func TestFailureTimeoutOnServerIgnoringInterrupt(t *testing.T) {
-	// Known gap: after a timeout the runner interrupts the prompt and then
-	// waits for the prompt to end, with no bound; a server that ignores
-	// the interrupt keeps the job (and the backend slot) forever. Unskip
-	// once the pool abandons the prompt after a grace period.
-	t.Skip("pool: Timeouts.Overall does not end a job whose server ignores the interrupt")
+	// The runner interrupts the prompt, waits Config.InterruptTimeout
+	// (30s by default) for it to stop, then abandons it.
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		b.servers[0].HangPrompts(true)
@@ -259,13 +256,9 @@ func TestFailureTimeoutOnServerIgnoringInterrupt(t *testing.T) {
 // with exactly one terminal event.
 func TestFailureBackendDiesMidJob(t *testing.T) {
 	t.Run("server closed", func(t *testing.T) {
-		// Known gap: a comfy.Client whose server is gone for good leaves its
-		// in-flight prompts pending (the health check and the reconnect
-		// follow-up only run while connected), and the pool has no bound on
-		// a backend that stays offline mid-job, so the job waits forever
-		// unless it has Timeouts.Overall. Unskip once the pool fails the
-		// attempt after a reconnect grace.
-		t.Skip("pool: a job on a backend that dies for good never ends (no reconnect grace yet)")
+		// The client keeps trying to reconnect; after Config.OfflineTimeout
+		// (1m by default) the pool gives the attempt up as a backend fault
+		// and the job is retried on the other backend.
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, 2, slowSampler(time.Minute), func(c *pool.Config) {
 				for i := range c.Backends {
@@ -291,7 +284,7 @@ func TestFailureBackendDiesMidJob(t *testing.T) {
 			assert.Equal(t, "gpu-1", res.Backend)
 			require.Len(t, res.Attempts, 2)
 			assert.Equal(t, "gpu-0", res.Attempts[0].Backend)
-			assert.Error(t, res.Attempts[0].Err)
+			assert.ErrorIs(t, res.Attempts[0].Err, pool.ErrBackendOffline)
 
 			require.NoError(t, b.pool.Stop(t.Context()))
 			evs := events()
