@@ -34,6 +34,19 @@
 // backend, which prompt, why it failed), timings. Terminal records are kept
 // for Config.Retention or up to Config.MaxRetained.
 //
+// Jobs can carry input files ([EnqueueOpts].Inputs): on every attempt they
+// are uploaded to that attempt's backend and the workflow is patched with
+// the name the server returned. [Result.OutputFiles] lists the outputs with
+// the backend that holds them and [Result.Open] streams one;
+// EnqueueOpts.DownloadOutputs fetches them before the job completes, so a
+// backend that later forgets them loses nothing (capped by
+// Config.MaxDownloadBytes). Enqueueing twice with one idempotency key
+// returns the first job's ID.
+//
+// Accounting: a [Config].Accounting reserves at enqueue (an error rejects
+// the job) and then consumes on success or refunds on failure, cancel,
+// timeout or Stop, exactly once per job, across retries and races.
+//
 // Strict binding: a backend with BackendConfig.Workflows set only ever
 // receives those workflows (by structure hash, see package hash), and only
 // jobs whose tags it has. A job that no backend may run fails in Enqueue with
@@ -54,6 +67,28 @@
 // exponential backoff with jitter, on another backend when one may run it,
 // else on the same one once its cooldown ends. A workflow fault (a
 // validation error, a node that raised) fails the job at once.
+//
+// Every attempt is bounded: the job's [Timeouts] (in queue, until the
+// prompt starts executing, overall), the client's stuck-job health check
+// for a silent socket, Config.OfflineTimeout for a backend that stays
+// disconnected mid-job (a backend fault: retried elsewhere), and
+// Config.InterruptTimeout for a prompt that does not stop when interrupted.
+//
+// # Backends and policy
+//
+// [Pool.AddBackend], [Pool.RemoveBackend] (running jobs are interrupted and
+// requeued without counting an attempt) and [Pool.DrainBackend] (no new
+// jobs; waits for running ones, then removes) change the pool at run time.
+// A backend is claimed only when connected, below MaxInFlight and out of
+// its BackendConfig.ReconnectGrace (time for its client to reconcile
+// in-flight prompts after a reconnect; the end of the grace wakes the
+// dispatcher). Config.Policy orders the free backends: [WarmAffinity] (the
+// default) puts first a backend whose last workflow still has jobs, then
+// the least loaded; [RoundRobin] is there for comparison
+// (BenchmarkWarmAffinity measures the difference). EnqueueOpts has
+// PreferBackends and ExcludeBackends per job. Config.FailoverStrategy
+// replaces the SmartFailover; one that implements [UnblockNotifier] wakes
+// the dispatcher when a block ends.
 //
 // # Events
 //

@@ -347,9 +347,15 @@ type Stats struct {
 // Stats returns a snapshot of the Pool's counters.
 func (p *Pool) Stats(ctx context.Context) Stats {
 	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
+	backends := p.list()
+	// Client state is read outside p.mu: the client has locks of its own.
+	states := make([]comfy.State, len(backends))
+	for i, b := range backends {
+		states[i] = b.client.State()
+	}
 	p.mu.Lock()
-	for _, b := range p.list() {
-		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: b.client.State(), InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight})
+	for i, b := range backends {
+		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight})
 	}
 	for _, j := range p.jobs {
 		s.Jobs[j.status]++
