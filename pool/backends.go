@@ -155,14 +155,10 @@ func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
 // DrainBackend. An unknown name gives an error matching ErrUnknownBackend.
 func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
 	p.mu.Lock()
-	if p.stopping {
+	b, err := p.liveBackendLocked(name)
+	if err != nil {
 		p.mu.Unlock()
-		return ErrClosed
-	}
-	b := p.lookupLocked(name)
-	if b == nil {
-		p.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+		return err
 	}
 	p.removeLocked(b)
 	p.mu.Unlock()
@@ -180,14 +176,10 @@ func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
 // ErrUnknownBackend.
 func (p *Pool) DrainBackend(ctx context.Context, name string) error {
 	p.mu.Lock()
-	if p.stopping {
+	b, err := p.liveBackendLocked(name)
+	if err != nil {
 		p.mu.Unlock()
-		return ErrClosed
-	}
-	b := p.lookupLocked(name)
-	if b == nil {
-		p.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+		return err
 	}
 	b.draining = true
 	if b.inflight == 0 {
@@ -253,4 +245,18 @@ func (p *Pool) awaitIdle(ctx context.Context, b *backend) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// liveBackendLocked returns the named backend of a Pool that is not
+// stopping: ErrClosed when it is, an error matching ErrUnknownBackend when
+// there is no such backend. p.mu is held.
+func (p *Pool) liveBackendLocked(name string) (*backend, error) {
+	if p.stopping {
+		return nil, ErrClosed
+	}
+	b := p.lookupLocked(name)
+	if b == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+	}
+	return b, nil
 }

@@ -435,16 +435,7 @@ func TestFailureEventsBeforeHTTPAnswer(t *testing.T) {
 		}()
 		ch, _ := b.pool.Subscribe(append([]pool.EventKind{pool.EventJobStarted, pool.EventJobRetrying}, terminalKinds...)...)
 		events := collect(ch)
-		ids := make([]string, n)
-		for i := range n {
-			id, err := b.pool.Enqueue(t.Context(), zeroWF(t, i), nil)
-			require.NoError(t, err)
-			ids[i] = id
-		}
-		for _, id := range ids {
-			_, err := b.pool.Wait(t.Context(), id)
-			require.NoError(t, err)
-		}
+		ids := runZeroJobs(t, b.pool, n)
 		require.NoError(t, b.pool.Stop(t.Context()))
 		<-outDone
 		evs := events()

@@ -211,16 +211,7 @@ func runMany(t *testing.T, backends, n, inflight int) {
 	})
 	ch, _ := b.pool.Subscribe(pool.EventJobCompleted, pool.EventJobFailed, pool.EventJobCancelled, pool.EventJobStarted)
 	events := collect(ch)
-	ids := make([]string, n)
-	for i := range n {
-		id, err := b.pool.Enqueue(t.Context(), zeroWF(t, i), nil)
-		require.NoError(t, err)
-		ids[i] = id
-	}
-	for _, id := range ids {
-		_, err := b.pool.Wait(t.Context(), id)
-		require.NoError(t, err)
-	}
+	runZeroJobs(t, b.pool, n)
 	require.NoError(t, b.pool.Stop(t.Context()))
 	terminal := map[string]int{}
 	started := map[string]bool{}
@@ -640,4 +631,21 @@ func TestBackendRestartMidJob(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "gpu-0", res.Backend)
 	})
+}
+
+// runZeroJobs enqueues n distinct zero-length jobs and waits until each has
+// completed; it returns their ids in enqueue order.
+func runZeroJobs(t *testing.T, p *pool.Pool, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		id, err := p.Enqueue(t.Context(), zeroWF(t, i), nil)
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	for _, id := range ids {
+		_, err := p.Wait(t.Context(), id)
+		require.NoError(t, err)
+	}
+	return ids
 }
