@@ -498,14 +498,22 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 
 // holder returns the entry leased under token.
 func (q *Queue) holder(id, token string) (*entry, error) {
-	e := q.jobs[id]
-	if e == nil {
-		return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+	e, err := q.find(id)
+	if err != nil {
+		return nil, err
 	}
 	if e.job.State != queue.StateLeased || e.job.LeaseToken != token {
 		return nil, fmt.Errorf("%w: job %s is %s", queue.ErrLeaseLost, id, e.job.State)
 	}
 	return e, nil
+}
+
+// find returns the job's entry or an error wrapping queue.ErrNotFound.
+func (q *Queue) find(id string) (*entry, error) {
+	if e := q.jobs[id]; e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
 }
 
 // Extend implements [queue.Driver].
@@ -601,9 +609,9 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*queue.Job, error) {
 		return nil, err
 	}
 	defer q.end(now)
-	e := q.jobs[id]
-	if e == nil {
-		return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+	e, err := q.find(id)
+	if err != nil {
+		return nil, err
 	}
 	switch e.job.State {
 	case queue.StateQueued:
@@ -629,9 +637,9 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 		return nil, err
 	}
 	defer q.end(now)
-	e := q.jobs[id]
-	if e == nil {
-		return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+	e, err := q.find(id)
+	if err != nil {
+		return nil, err
 	}
 	return e.job.Clone(), nil
 }
