@@ -53,17 +53,8 @@ func TestAddBackend(t *testing.T) {
 
 func TestRemoveBackendRequeuesRunningJob(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, 2, nil, nil)
+		b, id := hungJobOnFirstBackend(t)
 		ctx := t.Context()
-		synctest.Wait() // both backends connected
-		b.servers[0].HangPrompts(true)
-		id, err := b.pool.Enqueue(ctx, mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{PreferBackends: []string{"gpu-0"}})
-		require.NoError(t, err)
-		synctest.Wait()
-		info, err := b.pool.Job(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, pool.StatusRunning, info.Status)
-		require.Equal(t, "gpu-0", info.Backend)
 
 		require.NoError(t, b.pool.RemoveBackend(ctx, "gpu-0"))
 		assert.Equal(t, []string{"gpu-1"}, backendNames(b.pool))
@@ -84,16 +75,8 @@ func TestRemoveBackendRequeuesRunningJob(t *testing.T) {
 
 func TestDrainBackendWaitsForRunningJob(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, 2, nil, nil)
+		b, id := hungJobOnFirstBackend(t)
 		ctx := t.Context()
-		synctest.Wait() // both backends connected
-		b.servers[0].HangPrompts(true)
-		id, err := b.pool.Enqueue(ctx, mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{PreferBackends: []string{"gpu-0"}})
-		require.NoError(t, err)
-		synctest.Wait()
-		info, err := b.pool.Job(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, "gpu-0", info.Backend)
 
 		// A drain bounded by a context that ends first leaves the backend
 		// draining: it stays listed, takes no job, and its job goes on.
@@ -322,4 +305,21 @@ func TestWarmAffinityPolicyOrder(t *testing.T) {
 	assert.Equal(t, []string{"warm", "idle", "idle2", "busy"}, names)
 	assert.Equal(t, []string{"w"}, pool.WarmAffinity{}.Prefer(&c[0]))
 	assert.Nil(t, pool.WarmAffinity{}.Prefer(&pool.Candidate{}))
+}
+
+// hungJobOnFirstBackend starts a pool of two backends and a job that runs,
+// and hangs, on gpu-0. Call it inside a synctest bubble.
+func hungJobOnFirstBackend(t *testing.T) (*bundle, string) {
+	t.Helper()
+	b := setup(t, 2, nil, nil)
+	synctest.Wait() // both backends connected
+	b.servers[0].HangPrompts(true)
+	id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{PreferBackends: []string{"gpu-0"}})
+	require.NoError(t, err)
+	synctest.Wait()
+	info, err := b.pool.Job(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, pool.StatusRunning, info.Status)
+	require.Equal(t, "gpu-0", info.Backend)
+	return b, id
 }
