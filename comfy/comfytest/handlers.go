@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,7 +126,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/system_stats":
 		if methodOK(get) {
-			writeJSON(w, 200, systemStats())
+			s.mu.Lock()
+			free := s.vramFree
+			s.mu.Unlock()
+			writeJSON(w, 200, systemStats(free))
 		}
 	case p == "/object_info":
 		if methodOK(get) {
@@ -198,16 +202,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func systemStats() omap {
+func systemStats(vramFree int64) omap {
 	const ram = 25276514304
 	const free = 24603947008
+	vram := cmp.Or(vramFree, free)
 	return omap{
 		{"system", omap{{"os", "posix"}, {"ram_total", int64(ram)}, {"ram_free", int64(free)}, {"comfyui_version", "0.3.64"},
 			{"required_frontend_version", "1.27.10"}, {"installed_templates_version", nil}, {"required_templates_version", "0.1.95"},
 			{"python_version", "3.11.2 (main, Apr 28 2025, 14:11:48) [GCC 12.2.0]"}, {"pytorch_version", "1.13.0a0"},
 			{"embedded_python", false}, {"argv", []any{"main.py", "--cpu", "--comfytest"}}}},
-		{"devices", []any{omap{{"name", "cpu"}, {"type", "cpu"}, {"index", nil}, {"vram_total", int64(ram)}, {"vram_free", int64(free)},
-			{"torch_vram_total", int64(ram)}, {"torch_vram_free", int64(free)}}}},
+		{"devices", []any{omap{{"name", "cpu"}, {"type", "cpu"}, {"index", nil}, {"vram_total", int64(ram)}, {"vram_free", vram},
+			{"torch_vram_total", int64(ram)}, {"torch_vram_free", vram}}}},
 	}
 }
 

@@ -158,6 +158,14 @@ func TestRoutesAndErrors(t *testing.T) {
 		_, body, _ = get(t, s, "/system_stats")
 		assert.Contains(t, body, `"comfyui_version": "0.3.64"`)
 		assert.Contains(t, body, `"devices": [{"name": "cpu", "type": "cpu", "index": null`)
+		assert.Contains(t, body, `"vram_free": 24603947008`)
+		s.SetVRAMFree(1 << 30)
+		_, body, _ = get(t, s, "/system_stats")
+		assert.Contains(t, body, `"vram_free": 1073741824,`)
+		assert.Contains(t, body, `"torch_vram_free": 1073741824}`)
+		s.SetVRAMFree(0)
+		_, body, _ = get(t, s, "/system_stats")
+		assert.Contains(t, body, `"vram_free": 24603947008`)
 
 		// client prompt_id, front, number.
 		pv := `{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":0}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`

@@ -74,6 +74,7 @@ type Server struct {
 	dropAfter        int
 	deafAfter        int
 	hang             bool
+	vramFree         int64 // SetVRAMFree; 0 = the default
 	ignoreInterrupts bool
 
 	// recording
@@ -289,6 +290,16 @@ func (s *Server) SetLatency(d time.Duration) {
 func (s *Server) SetAnswerDelay(d time.Duration) {
 	s.mu.Lock()
 	s.answerDelay = d
+	s.mu.Unlock()
+}
+
+// SetVRAMFree sets the free VRAM, in bytes, that GET /system_stats reports
+// for the server's device (vram_free and torch_vram_free), so that tests
+// can steer a client that picks the backend with the most free memory. 0
+// restores the default (about 23 GiB, as the transcripts' CPU device).
+func (s *Server) SetVRAMFree(bytes int64) {
+	s.mu.Lock()
+	s.vramFree = bytes
 	s.mu.Unlock()
 }
 
