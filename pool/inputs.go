@@ -2,6 +2,7 @@ package pool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,34 @@ type InputFile struct {
 	// e.g. {Node: "10", Input: "image"} for a LoadImage node. At least one
 	// is required.
 	Targets []InputTarget
+	// Source, when set, says the file is already on a backend: an output
+	// of an earlier job, say. An attempt that runs on Source.Backend
+	// uploads nothing: the targets name the file in place
+	// ("sub/name.png [output]", the annotated form LoadImage accepts). An
+	// attempt on another backend uploads the content from Data or Open or,
+	// when both are nil, streams it from Source.Backend (as Pool.View). A
+	// source that cannot be read (an unknown backend, a failed download)
+	// fails the job like a failed Open, with an *InputError.
+	Source *FileSource
+}
+
+// FileSource names a file on one of the Pool's backends.
+type FileSource struct {
+	// Backend is the backend's name.
+	Backend string
+	// Ref locates the file on it (as in Result.OutputFiles); Type
+	// defaults to "output".
+	Ref comfy.FileRef
+}
+
+// annotated returns the name by which LoadImage-style nodes find the
+// file in place: "sub/name.png [output]".
+func (s *FileSource) annotated() string {
+	name := s.Ref.Filename
+	if s.Ref.Subfolder != "" {
+		name = s.Ref.Subfolder + "/" + name
+	}
+	return name + " [" + cmp.Or(s.Ref.Type, "output") + "]"
 }
 
 // InputTarget names one input of one workflow node.
@@ -42,13 +71,13 @@ type InputTarget struct {
 }
 
 // InputError is a job's input file that could not be read (its Open
-// failed). It is the job's own fault: it fails the job without retry and
-// without blocking the backend, and it matches comfy.ErrInvalidWorkflow for
-// that reason.
+// failed, or its Source could not be downloaded). It is the job's own
+// fault: it fails the job without retry and without blocking the
+// backend, and it matches comfy.ErrInvalidWorkflow for that reason.
 type InputError struct {
 	// Name is the InputFile's Name.
 	Name string
-	// Err is Open's error.
+	// Err is Open's or the download's error.
 	Err error
 }
 
@@ -70,6 +99,10 @@ func cloneInputs(in []InputFile) []InputFile {
 	out := make([]InputFile, len(in))
 	for i, f := range in {
 		f.Targets = append([]InputTarget(nil), f.Targets...)
+		if f.Source != nil {
+			src := *f.Source
+			f.Source = &src
+		}
 		out[i] = f
 	}
 	return out
@@ -81,8 +114,10 @@ func validateInputs(in []InputFile, wf comfy.Workflow) error {
 		switch {
 		case f.Name == "" || strings.ContainsAny(f.Name, "/\\\x00"):
 			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d].Name %q must be a plain non-empty file name", ErrInvalid, i, f.Name)
-		case f.Data == nil && f.Open == nil:
-			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s) has neither Data nor Open", ErrInvalid, i, f.Name)
+		case f.Data == nil && f.Open == nil && f.Source == nil:
+			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s) has neither Data, Open nor Source", ErrInvalid, i, f.Name)
+		case f.Source != nil && (f.Source.Backend == "" || f.Source.Ref.Filename == ""):
+			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s): Source needs a Backend and a Ref.Filename", ErrInvalid, i, f.Name)
 		case len(f.Targets) == 0:
 			return fmt.Errorf("%w: EnqueueOpts.Inputs[%d] (%s) has no Targets", ErrInvalid, i, f.Name)
 		}
@@ -111,23 +146,23 @@ func (p *Pool) prepareInputs(ctx context.Context, b *backend, js *jobState) (com
 	}
 	wf = wf.Clone()
 	for _, f := range js.opts.Inputs {
-		var r io.ReadCloser
-		if f.Data != nil {
-			r = io.NopCloser(bytes.NewReader(f.Data))
+		var name string
+		if f.Source != nil && f.Source.Backend == b.cfg.Name {
+			name = f.Source.annotated() // already there: nothing to move
 		} else {
-			var err error
-			if r, err = openInput(f); err != nil {
-				return nil, &InputError{Name: f.Name, Err: err}
+			r, err := p.openInputFile(ctx, f)
+			if err != nil {
+				return nil, err
 			}
-		}
-		ref, err := b.client.UploadImage(ctx, r, f.Name, nil)
-		_ = r.Close()
-		if err != nil {
-			return nil, fmt.Errorf("pool: upload input %q to %s: %w", f.Name, b.cfg.Name, err)
-		}
-		name := ref.Filename
-		if ref.Subfolder != "" {
-			name = ref.Subfolder + "/" + ref.Filename
+			ref, err := b.client.UploadImage(ctx, r, f.Name, nil)
+			_ = r.Close()
+			if err != nil {
+				return nil, fmt.Errorf("pool: upload input %q to %s: %w", f.Name, b.cfg.Name, err)
+			}
+			name = ref.Filename
+			if ref.Subfolder != "" {
+				name = ref.Subfolder + "/" + ref.Filename
+			}
 		}
 		for _, t := range f.Targets {
 			if err := wf.SetInput(t.Node, t.Input, name); err != nil {
@@ -136,6 +171,28 @@ func (p *Pool) prepareInputs(ctx context.Context, b *backend, js *jobState) (com
 		}
 	}
 	return wf, nil
+}
+
+// openInputFile returns a reader of f's content: Data, Open, or a download
+// from f.Source's backend. A failure is an *InputError.
+func (p *Pool) openInputFile(ctx context.Context, f InputFile) (io.ReadCloser, error) {
+	switch {
+	case f.Data != nil:
+		return io.NopCloser(bytes.NewReader(f.Data)), nil
+	case f.Open != nil:
+		r, err := openInput(f)
+		if err != nil {
+			return nil, &InputError{Name: f.Name, Err: err}
+		}
+		return r, nil
+	}
+	ref := f.Source.Ref
+	ref.Type = cmp.Or(ref.Type, "output")
+	resp, err := p.View(ctx, f.Source.Backend, ref)
+	if err != nil {
+		return nil, &InputError{Name: f.Name, Err: fmt.Errorf("download from %s: %w", f.Source.Backend, err)}
+	}
+	return resp.Body, nil
 }
 
 // openInput calls f.Open, turning a panic or a nil reader into an error.

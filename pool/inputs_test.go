@@ -136,3 +136,81 @@ func TestInputFileErrors(t *testing.T) {
 		assert.Empty(t, b.servers[0].Prompts())
 	})
 }
+
+func TestInputFileFromSourceMovesOnlyAcrossBackends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 2, nil, nil)
+		ctx := t.Context()
+		only := func(name string) *pool.EnqueueOpts {
+			other := map[string]string{"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[name]
+			return &pool.EnqueueOpts{ExcludeBackends: []string{other}}
+		}
+		gen := mustWF(t, []byte(`{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":255}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"gen"}}}`))
+		made, err := b.pool.Run(ctx, gen, only("gpu-0"))
+		require.NoError(t, err)
+		files := made.OutputFiles()
+		require.Len(t, files, 1)
+		src := &pool.FileSource{Backend: "gpu-0", Ref: files[0].Ref}
+		body, err := made.Open(ctx, files[0].Ref)
+		require.NoError(t, err)
+		want, err := io.ReadAll(body)
+		require.NoError(t, err)
+		require.NoError(t, body.Close())
+		input := func() *pool.InputFile {
+			return &pool.InputFile{Name: "from-gen.png", Source: src, Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}
+		}
+
+		// Same backend: nothing moves; LoadImage reads the output in place.
+		o := only("gpu-0")
+		o.Inputs = []pool.InputFile{*input()}
+		_, err = b.pool.Run(ctx, mustWF(t, loadImageWF), o)
+		require.NoError(t, err)
+		assert.Zero(t, uploads(b.servers[0]))
+		assert.Equal(t, []string{files[0].Ref.Filename + " [output]"}, imageInputs(t, b.servers[0].Prompts()[1:]))
+
+		// Other backend: downloaded from gpu-0, uploaded to gpu-1, the same bytes.
+		o = only("gpu-1")
+		o.Inputs = []pool.InputFile{*input()}
+		_, err = b.pool.Run(ctx, mustWF(t, loadImageWF), o)
+		require.NoError(t, err)
+		assert.Equal(t, 1, uploads(b.servers[1]))
+		assert.Equal(t, []string{"from-gen.png"}, imageInputs(t, b.servers[1].Prompts()))
+		got, err := b.pool.View(ctx, "gpu-1", comfy.FileRef{Filename: "from-gen.png", Type: "input"})
+		require.NoError(t, err)
+		gotBytes, err := io.ReadAll(got.Body)
+		require.NoError(t, err)
+		require.NoError(t, got.Body.Close())
+		assert.Equal(t, want, gotBytes, "gpu-1 received gpu-0's output byte for byte")
+
+		// A source the pool cannot read fails the job, without retry.
+		o = only("gpu-1")
+		o.Inputs = []pool.InputFile{*input()}
+		o.Inputs[0].Source = &pool.FileSource{Backend: "gpu-9", Ref: files[0].Ref}
+		_, err = b.pool.Run(ctx, mustWF(t, loadImageWF), o)
+		var ie *pool.InputError
+		require.ErrorAs(t, err, &ie)
+		assert.ErrorIs(t, err, pool.ErrUnknownBackend)
+
+		o.Inputs[0].Source = &pool.FileSource{Ref: files[0].Ref}
+		_, err = b.pool.Enqueue(ctx, mustWF(t, loadImageWF), o)
+		assert.ErrorIs(t, err, pool.ErrInvalid, "a Source needs a backend")
+	})
+}
+
+func TestSystemStatsAndBackendTags(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 2, nil, func(c *pool.Config) { c.Backends[1].Tags = []string{"sdxl"} })
+		b.servers[1].SetVRAMFree(1 << 30)
+		st, err := b.pool.SystemStats(t.Context(), "gpu-1")
+		require.NoError(t, err)
+		require.NotEmpty(t, st.Devices)
+		assert.Equal(t, int64(1<<30), st.Devices[0].VRAMFree)
+		_, err = b.pool.SystemStats(t.Context(), "gpu-7")
+		assert.ErrorIs(t, err, pool.ErrUnknownBackend)
+
+		stats := b.pool.Stats(t.Context())
+		require.Len(t, stats.Backends, 2)
+		assert.Empty(t, stats.Backends[0].Tags)
+		assert.Equal(t, []string{"sdxl"}, stats.Backends[1].Tags)
+	})
+}

@@ -327,10 +327,16 @@ func (p *Pool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
 
 // BackendStats describes one backend.
 type BackendStats struct {
-	Name        string
-	State       comfy.State
+	Name  string
+	State comfy.State
+	// InFlight counts the prompts the Pool has submitted to the backend
+	// and not seen end; MaxInFlight is its BackendConfig.MaxInFlight.
 	InFlight    int
 	MaxInFlight int
+	// Tags are its BackendConfig.Tags.
+	Tags []string
+	// Draining is set while DrainBackend waits for it: it takes no job.
+	Draining bool
 }
 
 // Stats is a snapshot of the Pool's counters.
@@ -355,7 +361,8 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 	}
 	p.mu.Lock()
 	for i, b := range backends {
-		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight})
+		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight,
+			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
 	}
 	for _, j := range p.jobs {
 		s.Jobs[j.status]++
@@ -370,12 +377,32 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 // View downloads an output file from the backend that produced it (see
 // Result.Backend), streaming. The caller closes the body.
 func (p *Pool) View(ctx context.Context, backendName string, ref comfy.FileRef) (*comfy.ViewResponse, error) {
+	b, err := p.named(backendName)
+	if err != nil {
+		return nil, err
+	}
+	return b.client.View(ctx, ref, nil)
+}
+
+// SystemStats returns a backend's host, versions and devices (its GET
+// /system_stats: free VRAM, say). An unknown backend gives an error
+// matching ErrUnknownBackend.
+func (p *Pool) SystemStats(ctx context.Context, backendName string) (*comfy.SystemStats, error) {
+	b, err := p.named(backendName)
+	if err != nil {
+		return nil, err
+	}
+	return b.client.SystemStats(ctx)
+}
+
+// named returns the backend called name, without locking (see list).
+func (p *Pool) named(name string) (*backend, error) {
 	for _, b := range p.list() {
-		if b.cfg.Name == backendName {
-			return b.client.View(ctx, ref, nil)
+		if b.cfg.Name == name {
+			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: %w %q", ErrInvalid, ErrUnknownBackend, backendName)
+	return nil, fmt.Errorf("%w: %w %q", ErrInvalid, ErrUnknownBackend, name)
 }
 
 // Enqueue adds a job running wf and returns its ID. wf is copied. A job that
