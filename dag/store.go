@@ -1,0 +1,77 @@
+package dag
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store keeps execution checkpoints, so that Executor.Resume can finish an
+// execution after the process restarted, and memoised node results. The
+// Executor writes an execution's record when it starts and when its status
+// changes, and a node's record at each of the node's transitions. An
+// implementation must be safe for concurrent use; a write that returned
+// nil must survive a crash of the process. MemoryStore and FileStore ship;
+// a database-backed Store implements the same six methods.
+//
+// Values inside records (inputs, outputs) are opaque JSON encoded by the
+// Executor: a Store keeps them as given.
+type Store interface {
+	// CreateExecution records a new execution; ErrExists if its ID is taken.
+	CreateExecution(ctx context.Context, rec *ExecutionRecord) error
+	// UpdateExecution replaces an execution's record (status, times);
+	// ErrNotFound if there is none.
+	UpdateExecution(ctx context.Context, rec *ExecutionRecord) error
+	// SaveNode creates or replaces the record of node rec.Node of
+	// execution id; ErrNotFound if the execution has no record.
+	SaveNode(ctx context.Context, id string, rec *NodeRecord) error
+	// Load returns an execution's record and its nodes' records;
+	// ErrNotFound if there is none.
+	Load(ctx context.Context, id string) (*Checkpoint, error)
+	// Delete removes an execution and its nodes' records; deleting a
+	// missing execution is not an error.
+	Delete(ctx context.Context, id string) error
+
+	// Memo returns the value saved under key by SaveMemo; ok is false
+	// when there is none.
+	Memo(ctx context.Context, key string) (value json.RawMessage, ok bool, err error)
+	// SaveMemo saves value under key, replacing any earlier value.
+	SaveMemo(ctx context.Context, key string, value json.RawMessage) error
+}
+
+// Checkpoint is an execution as a Store holds it.
+type Checkpoint struct {
+	Execution *ExecutionRecord
+	// Nodes are the saved node records, by node ID. Nodes that never
+	// changed state have none.
+	Nodes map[string]*NodeRecord
+}
+
+// ExecutionRecord is the stored form of an execution.
+type ExecutionRecord struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+	// Graph is the graph's JSON form.
+	Graph json.RawMessage `json:"graph"`
+	// Inputs are the execution's inputs, encoded by the Executor.
+	Inputs    json.RawMessage `json:"inputs,omitempty"`
+	OnFailure FailurePolicy   `json:"on_failure,omitempty"`
+	Created   time.Time       `json:"created"`
+	Updated   time.Time       `json:"updated"`
+}
+
+// NodeRecord is the stored form of one node's state.
+type NodeRecord struct {
+	Node     string    `json:"node"`
+	State    NodeState `json:"state"`
+	Backend  string    `json:"backend,omitempty"`
+	JobID    string    `json:"job_id,omitempty"`
+	Runs     int       `json:"runs,omitempty"`
+	Memoized bool      `json:"memoized,omitempty"`
+	// Outputs are the node's output port values, encoded by the Executor.
+	Outputs json.RawMessage `json:"outputs,omitempty"`
+	// Error is the message of NodeInfo.Err.
+	Error   string    `json:"error,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
+}

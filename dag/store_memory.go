@@ -1,0 +1,224 @@
+package dag
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// errStoreEmptyID is returned by the stores for an execution record with no ID
+// or a node record with no node ID.
+var errStoreEmptyID = errors.New("dag: empty id")
+
+// MemoryStore is a Store that keeps everything in memory: checkpoints
+// last as long as the process, so Resume works only within it. It is the
+// Executor's default Store (Config.Store nil) and the reference for the
+// conformance suite in package storetest.
+//
+// It copies records on the way in and on the way out: a caller never
+// shares memory with what it stores. Like FileStore it rejects RawMessage
+// fields that are not valid JSON (a nil or empty one means none), an
+// empty execution or node ID, and calls whose ctx is already done.
+//
+// A MemoryStore is safe for concurrent use by multiple goroutines. The
+// zero value is not usable: call NewMemoryStore.
+type MemoryStore struct {
+	mu    sync.RWMutex
+	execs map[string]*memStoreExecution
+	memo  map[string]json.RawMessage
+}
+
+type memStoreExecution struct {
+	rec   ExecutionRecord
+	nodes map[string]*NodeRecord
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{
+		execs: make(map[string]*memStoreExecution),
+		memo:  make(map[string]json.RawMessage),
+	}
+}
+
+// CreateExecution records a copy of rec; ErrExists if rec.ID is taken.
+func (s *MemoryStore) CreateExecution(ctx context.Context, rec *ExecutionRecord) error {
+	if err := storeCheckExecution(ctx, rec); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.execs[rec.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrExists, rec.ID)
+	}
+	s.execs[rec.ID] = &memStoreExecution{rec: storeCloneExecution(rec), nodes: make(map[string]*NodeRecord)}
+	return nil
+}
+
+// UpdateExecution replaces the execution's record with a copy of rec,
+// keeping its node records; ErrNotFound if there is none.
+func (s *MemoryStore) UpdateExecution(ctx context.Context, rec *ExecutionRecord) error {
+	if err := storeCheckExecution(ctx, rec); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[rec.ID]
+	if !ok {
+		return storeNotFound(rec.ID)
+	}
+	e.rec = storeCloneExecution(rec)
+	return nil
+}
+
+// SaveNode creates or replaces (with a copy of rec) the record of node
+// rec.Node of execution id; ErrNotFound if the execution has no record.
+func (s *MemoryStore) SaveNode(ctx context.Context, id string, rec *NodeRecord) error {
+	if err := storeCheckNode(ctx, id, rec); err != nil {
+		return err
+	}
+	c := storeCloneNode(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[id]
+	if !ok {
+		return storeNotFound(id)
+	}
+	e.nodes[rec.Node] = c
+	return nil
+}
+
+// Load returns a copy of the execution's record and of its nodes'
+// records; ErrNotFound if there is none.
+func (s *MemoryStore) Load(ctx context.Context, id string) (*Checkpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.execs[id]
+	if !ok {
+		return nil, storeNotFound(id)
+	}
+	rec := storeCloneExecution(&e.rec)
+	cp := &Checkpoint{Execution: &rec, Nodes: make(map[string]*NodeRecord, len(e.nodes))}
+	for k, n := range e.nodes {
+		cp.Nodes[k] = storeCloneNode(n)
+	}
+	return cp, nil
+}
+
+// Delete removes the execution and its nodes' records; deleting a missing
+// execution is not an error.
+func (s *MemoryStore) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.execs, id)
+	return nil
+}
+
+// Memo returns a copy of the value saved under key; ok is false when there
+// is none.
+func (s *MemoryStore) Memo(ctx context.Context, key string) (json.RawMessage, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.memo[key]
+	if !ok {
+		return nil, false, nil
+	}
+	return bytes.Clone(v), true, nil
+}
+
+// SaveMemo saves a copy of value under key, replacing any earlier value.
+func (s *MemoryStore) SaveMemo(ctx context.Context, key string, value json.RawMessage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := storeCheckRaw("memo value", value); err != nil {
+		return err
+	}
+	v := bytes.Clone(value)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.memo[key] = v
+	return nil
+}
+
+// storeNotFound is ErrNotFound for execution id.
+func storeNotFound(id string) error {
+	return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+}
+
+// storeCheckExecution is the argument check both stores make before
+// writing an execution record.
+func storeCheckExecution(ctx context.Context, rec *ExecutionRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("dag: nil execution record")
+	}
+	if rec.ID == "" {
+		return fmt.Errorf("%w: execution record without an id", errStoreEmptyID)
+	}
+	if err := storeCheckRaw("graph", rec.Graph); err != nil {
+		return fmt.Errorf("%w of execution %q", err, rec.ID)
+	}
+	if err := storeCheckRaw("inputs", rec.Inputs); err != nil {
+		return fmt.Errorf("%w of execution %q", err, rec.ID)
+	}
+	return nil
+}
+
+// storeCheckNode is the argument check both stores make before writing a
+// node record.
+func storeCheckNode(ctx context.Context, id string, rec *NodeRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("dag: nil node record")
+	}
+	if id == "" {
+		return fmt.Errorf("%w: node record %q for an execution without an id", errStoreEmptyID, rec.Node)
+	}
+	if rec.Node == "" {
+		return fmt.Errorf("%w: node record without a node id in execution %q", errStoreEmptyID, id)
+	}
+	if err := storeCheckRaw("outputs", rec.Outputs); err != nil {
+		return fmt.Errorf("%w of node %q of execution %q", err, rec.Node, id)
+	}
+	return nil
+}
+
+// storeCheckRaw rejects a non-empty RawMessage that is not valid JSON.
+func storeCheckRaw(what string, raw json.RawMessage) error {
+	if len(raw) > 0 && !json.Valid(raw) {
+		return fmt.Errorf("dag: %s: not valid JSON", what)
+	}
+	return nil
+}
+
+func storeCloneExecution(rec *ExecutionRecord) ExecutionRecord {
+	c := *rec
+	c.Graph = bytes.Clone(rec.Graph)
+	c.Inputs = bytes.Clone(rec.Inputs)
+	return c
+}
+
+func storeCloneNode(rec *NodeRecord) *NodeRecord {
+	c := *rec
+	c.Outputs = bytes.Clone(rec.Outputs)
+	return &c
+}

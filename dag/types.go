@@ -1,0 +1,200 @@
+package dag
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// NodeState is the state of one node of an execution.
+type NodeState string
+
+// Node states. A node goes pending → queued → running → one of the four
+// terminal states; control nodes (all but WORKFLOW) go straight from
+// pending to a terminal state.
+const (
+	NodePending   NodeState = "pending"   // waiting for its parents
+	NodeQueued    NodeState = "queued"    // its job waits for a backend
+	NodeRunning   NodeState = "running"   // its job runs on a backend
+	NodeCompleted NodeState = "completed" // terminal: outputs available
+	NodeFailed    NodeState = "failed"    // terminal: NodeInfo.Err
+	NodeSkipped   NodeState = "skipped"   // terminal: on a branch not taken
+	NodeCancelled NodeState = "cancelled" // terminal: the execution was cancelled or failed first
+)
+
+// Terminal reports whether s is completed, failed, skipped or cancelled.
+func (s NodeState) Terminal() bool {
+	switch s {
+	case NodeCompleted, NodeFailed, NodeSkipped, NodeCancelled:
+		return true
+	}
+	return false
+}
+
+// Status is the state of an execution.
+type Status string
+
+// Execution statuses.
+const (
+	StatusRunning   Status = "running"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// FailurePolicy is what an execution does when a node fails.
+type FailurePolicy string
+
+// Failure policies.
+const (
+	// FailFast (the default): the first failure cancels every running
+	// node and fails the execution.
+	FailFast FailurePolicy = "fail_fast"
+	// Continue: branches independent of the failed node run to the end;
+	// the nodes that depend on it are cancelled; the execution fails at
+	// the end.
+	Continue FailurePolicy = "continue"
+)
+
+// Config configures an Executor.
+type Config struct {
+	// Runner runs the WORKFLOW nodes. Required. A *pool.Pool is one.
+	Runner Runner
+	// Store keeps checkpoints (for Resume) and memoised results. Nil
+	// means a new MemoryStore.
+	Store Store
+	// Parallelism bounds how many WORKFLOW nodes of one execution are
+	// submitted at once. Defaults to 16.
+	Parallelism int
+	// AskBackend picks a backend for a node whose Fallback is FallbackAsk.
+	// Nil makes FallbackAsk behave as FallbackNone.
+	AskBackend AskBackendFunc
+	// Logger receives the Executor's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultParallelism is the default of Config.Parallelism.
+const DefaultParallelism = 16
+
+// BackendRequest is what AskBackend is asked.
+type BackendRequest struct {
+	Execution string
+	Node      string
+	// Wanted is the node's Backend, which is unavailable.
+	Wanted string
+	// Candidates are the connected backends having the node's
+	// Capabilities, shortest queue first.
+	Candidates []BackendInfo
+}
+
+// BackendInfo describes a candidate backend.
+type BackendInfo struct {
+	Name string
+	// Queue is the number of jobs the Runner has on the backend.
+	Queue int
+	// VRAMFree is its free VRAM in bytes (0 when unknown).
+	VRAMFree int64
+	Tags     []string
+}
+
+// AskBackendFunc picks one of req.Candidates by name, or declines with "".
+// An error fails the node. It is called from the execution's goroutines
+// and may block (bounded by ctx).
+type AskBackendFunc func(ctx context.Context, req *BackendRequest) (string, error)
+
+// RunOpts are per-execution options. The zero value is valid.
+type RunOpts struct {
+	// ID is the execution's ID (also the key of its checkpoint). Empty
+	// means a new random ID. An ID a stored execution already has gives
+	// ErrExists: use Resume.
+	ID string
+	// OnFailure is FailFast (the default) or Continue.
+	OnFailure FailurePolicy
+	// Parallelism overrides Config.Parallelism for this execution.
+	Parallelism int
+	// OnEvent, when set, receives every event of the execution, in order,
+	// from one goroutine. It must not block for long: the execution waits
+	// for it.
+	OnEvent func(Event)
+}
+
+// EventKind identifies an Event.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventNodeState: a node changed state (Event.State; Backend when it
+	// runs; Err when it failed).
+	EventNodeState EventKind = "node:state"
+	// EventNodeProgress: a running node reported sampler progress
+	// (Event.Value of Event.Max).
+	EventNodeProgress EventKind = "node:progress"
+	// EventExecutionState: the execution changed status (Event.Status).
+	// The last event of an execution is one with a terminal status.
+	EventExecutionState EventKind = "execution:state"
+)
+
+// Event reports one step of an execution.
+type Event struct {
+	Kind      EventKind
+	Time      time.Time
+	Execution string
+	// Node is the node (node events).
+	Node    string
+	State   NodeState
+	Backend string
+	JobID   string
+	// Value and Max are a node's progress (EventNodeProgress).
+	Value, Max int
+	// Status is the execution's status (EventExecutionState).
+	Status Status
+	Err    error
+	// Progress is the execution's progress after this event.
+	Progress Progress
+}
+
+// Progress is how far an execution is.
+type Progress struct {
+	// Done counts nodes in a terminal state; Total counts all nodes.
+	Done, Total int
+	// Running lists the nodes queued or running, by node ID.
+	Running []RunningNode
+}
+
+// RunningNode is a node in progress.
+type RunningNode struct {
+	Node    string
+	State   NodeState // queued or running
+	Backend string
+	// Value and Max are its last progress report (0 when none).
+	Value, Max int
+}
+
+// NodeInfo is the record of one node of an execution.
+type NodeInfo struct {
+	Node    string
+	Kind    NodeKind
+	State   NodeState
+	Backend string // where it ran (WORKFLOW)
+	JobID   string // its last job (WORKFLOW)
+	// Runs counts the jobs submitted for it (retries included).
+	Runs int
+	// Memoized: its outputs came from an earlier run (Memoize).
+	Memoized bool
+	// Outputs are its output port values (completed nodes).
+	Outputs map[string]any
+	// Err is why it failed, was cancelled or skipped.
+	Err     error
+	Started time.Time
+	Ended   time.Time
+}
+
+// Result is what an execution produced.
+type Result struct {
+	Execution string
+	Status    Status
+	// Outputs are the values of the OUTPUT nodes' ports, by port name.
+	Outputs map[string]any
+	// Nodes is every node's record, by node ID.
+	Nodes map[string]*NodeInfo
+}
