@@ -44,6 +44,9 @@ var (
 	// ErrBadExpression: a CONDITION expression does not compile.
 	ErrBadExpression = errors.New("bad condition expression")
 
+	// ErrInvalid: a bad argument — a Config or RunOpts field New or
+	// Start rejects.
+	ErrInvalid = errors.New("dag: invalid argument")
 	// ErrMissingInput: Executor.Start was not given a required input, or
 	// was given one of the wrong type or with no INPUT field of its name.
 	ErrMissingInput = errors.New("dag: bad execution input")

@@ -114,7 +114,8 @@ type RunOpts struct {
 	Parallelism int
 	// OnEvent, when set, receives every event of the execution, in order,
 	// from one goroutine. It must not block for long: the execution waits
-	// for it.
+	// for it. It may call Progress and Snapshot, but not wait for the
+	// execution (Wait, Cancel) without a deadline: that deadlocks.
 	OnEvent func(Event)
 }
 

@@ -1,0 +1,96 @@
+package dag
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
+)
+
+// instantRunner completes every job at once: Enqueue and Wait return
+// immediately, with the UI output {"1": {"text": ["x"]}}.
+type instantRunner struct{ seq atomic.Int64 }
+
+var instantOutputs = map[string]comfy.Output{"1": {"text": json.RawMessage(`["x"]`)}}
+
+func (r *instantRunner) Enqueue(context.Context, comfy.Workflow, *pool.EnqueueOpts) (string, error) {
+	return "job-" + strconv.FormatInt(r.seq.Add(1), 10), nil
+}
+
+func (r *instantRunner) Wait(_ context.Context, id string) (*pool.Result, error) {
+	return &pool.Result{JobID: id, Backend: "b", Outputs: instantOutputs}, nil
+}
+
+func (r *instantRunner) Cancel(context.Context, string) error { return nil }
+
+// layeredGraph returns INPUT -> layers × width WORKFLOW nodes -> OUTPUT:
+// node j of a layer takes its two params from nodes j and j+1 (mod
+// width) of the layer before (fan-in 2, fan-out 2); the last layer feeds
+// the OUTPUT node's ports.
+func layeredGraph(layers, width int) *Graph {
+	g := &Graph{Nodes: []Node{exInput("in", exStr("s"))}}
+	name := func(l, j int) string { return fmt.Sprintf("n%d_%d", l, j) }
+	for l := range layers {
+		for j := range width {
+			id := name(l, j)
+			g.Nodes = append(g.Nodes, exWF(id, "a", "b"))
+			if l == 0 {
+				g.Edges = append(g.Edges, Connect("in.s", id+".a"), Connect("in.s", id+".b"))
+				continue
+			}
+			g.Edges = append(g.Edges, Connect(name(l-1, j)+".text", id+".a"), Connect(name(l-1, (j+1)%width)+".text", id+".b"))
+		}
+	}
+	g.Nodes = append(g.Nodes, exOutput("out"))
+	for j := range width {
+		g.Edges = append(g.Edges, Connect(name(layers-1, j)+".text", "out.r"+strconv.Itoa(j)))
+	}
+	return g
+}
+
+// BenchmarkValidateLayered10k validates a 10,002-node graph (100 layers of 100
+// WORKFLOW nodes, 20,100 edges).
+func BenchmarkValidateLayered10k(b *testing.B) {
+	g := layeredGraph(100, 100)
+	for b.Loop() {
+		if err := g.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(g.Nodes)), "ns/node")
+}
+
+// BenchmarkSchedule10k runs the same graph on an instant Runner with a
+// MemoryStore: compile, scheduling, the WORKFLOW nodes' patching and
+// output decoding, and a checkpoint at every transition.
+func BenchmarkSchedule10k(b *testing.B) {
+	g := layeredGraph(100, 100)
+	store := NewMemoryStore()
+	ex, err := New(&Config{Runner: &instantRunner{}, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close(context.Background())
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := ex.Run(ctx, g, map[string]any{"s": "x"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if len(res.Outputs) != 100 {
+			b.Fatalf("%d outputs", len(res.Outputs))
+		}
+		if err := store.Delete(ctx, res.Execution); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(g.Nodes)), "ns/node")
+}

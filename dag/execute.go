@@ -1,0 +1,1219 @@
+package dag
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Cancellation causes. Each matches ErrCancelled.
+var (
+	// errClosing ends the executions of an Executor being closed.
+	errClosing = fmt.Errorf("%w: %w", ErrCancelled, ErrClosed)
+	// errFailFast cancels the running nodes of an execution after its
+	// first failure (FailFast).
+	errFailFast = fmt.Errorf("%w: an earlier node failed", ErrCancelled)
+)
+
+// Executor runs graphs: each execution is scheduled by one goroutine of
+// its own, which submits the WORKFLOW nodes to the Runner (at most
+// Parallelism at once), runs the control nodes itself, checkpoints every
+// transition in the Store and reports it as an Event.
+//
+// An Executor owns every goroutine it starts; Close cancels the running
+// executions and waits for them. It is safe for concurrent use.
+type Executor struct {
+	cfg Config
+	log *slog.Logger
+
+	// ctx is the lifecycle context every execution derives from; Close
+	// cancels it with errClosing.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup // every goroutine: execution loops and nodes
+
+	mu      sync.Mutex
+	closed  bool
+	active  map[string]*Execution // by ID, from Start/Resume until done
+	running int                   // len(active), including reservations
+	idle    chan struct{}         // closed once closed and running == 0
+}
+
+// New returns an Executor. cfg is required; it is copied, so changing it
+// afterwards has no effect. Nil Store means a new MemoryStore (owned by
+// the Executor; a Store given in cfg is never closed by it); zero
+// Parallelism means DefaultParallelism; nil Logger means slog.Default().
+// The errors name the field at fault.
+func New(cfg *Config) (*Executor, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: Config is required", ErrInvalid)
+	}
+	c := *cfg
+	switch {
+	case c.Runner == nil:
+		return nil, fmt.Errorf("%w: Config.Runner is required", ErrInvalid)
+	case c.Parallelism < 0:
+		return nil, fmt.Errorf("%w: Config.Parallelism cannot be negative", ErrInvalid)
+	}
+	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
+	if c.Store == nil {
+		c.Store = NewMemoryStore()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Executor{
+		cfg:    c,
+		log:    c.Logger.With(slog.String("component", "dag")),
+		ctx:    ctx,
+		cancel: cancel,
+		active: make(map[string]*Execution),
+		idle:   make(chan struct{}),
+	}, nil
+}
+
+// Close cancels every running execution (their running nodes are
+// cancelled, which interrupts their jobs on the backends; the executions
+// end with StatusCancelled, their checkpoints ready for Resume) and waits
+// until they ended, or until ctx ends (then it returns ctx.Err() and may
+// be called again). After Close, Start, Run and Resume return ErrClosed.
+func (ex *Executor) Close(ctx context.Context) error {
+	ex.mu.Lock()
+	if !ex.closed {
+		ex.closed = true
+		if ex.running == 0 {
+			close(ex.idle)
+		}
+	}
+	ex.mu.Unlock()
+	ex.cancel(errClosing)
+	select {
+	case <-ex.idle:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Every execution loop has ended, after the last of its nodes
+	// returned: what is left of their goroutines is about to exit.
+	ex.wg.Wait()
+	return nil
+}
+
+// reserve claims id for a new execution; release undoes it.
+func (ex *Executor) reserve(id string, e *Execution) error {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	switch {
+	case ex.closed:
+		return ErrClosed
+	case ex.active[id] != nil:
+		return fmt.Errorf("%w: %q is running", ErrExists, id)
+	}
+	ex.active[id] = e
+	ex.running++
+	return nil
+}
+
+// release forgets the execution id (failed start, or its end).
+func (ex *Executor) release(id string) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	delete(ex.active, id)
+	ex.running--
+	if ex.closed && ex.running == 0 {
+		close(ex.idle)
+	}
+}
+
+// Run is Start followed by Wait. When ctx ends first, the execution is
+// cancelled and Run returns its Result with an error matching
+// ErrCancelled and ctx's cause.
+func (ex *Executor) Run(ctx context.Context, g *Graph, inputs map[string]any, opts *RunOpts) (*Result, error) {
+	x, err := ex.Start(ctx, g, inputs, opts)
+	if err != nil {
+		return nil, err
+	}
+	return x.waitOrCancel(ctx)
+}
+
+// waitOrCancel waits for x, cancelling it if ctx ends first.
+func (x *Execution) waitOrCancel(ctx context.Context) (*Result, error) {
+	select {
+	case <-x.done:
+	case <-ctx.Done():
+		x.cancel(fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx)))
+		<-x.done
+	}
+	return x.result, x.err
+}
+
+// Start validates g (a *ValidationError is returned as is), checks inputs
+// against the graph's INPUT fields (an unknown name, a missing required
+// field or a value of the wrong type gives an error matching
+// ErrMissingInput that names the field; defaults are applied), records
+// the execution in the Store (ErrExists when opts.ID is taken, in the
+// Store or by a running execution of this Executor) and runs it in the
+// background: ctx bounds only Start itself. Use the returned Execution to
+// wait for, follow or cancel it. g must not be modified while the
+// execution runs. After Close, Start returns ErrClosed.
+func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, opts *RunOpts) (*Execution, error) {
+	o, err := runOpts(opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := compile(g)
+	if err != nil {
+		return nil, err
+	}
+	in, err := checkInputs(p, inputs)
+	if err != nil {
+		return nil, err
+	}
+	graph, err := json.Marshal(g)
+	if err != nil {
+		return nil, fmt.Errorf("dag: encode graph: %w", err)
+	}
+	enc, err := encodeValues(in)
+	if err != nil {
+		return nil, fmt.Errorf("dag: encode inputs: %w", err)
+	}
+	id := o.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	policy := cmp.Or(o.OnFailure, FailFast)
+	x := ex.newExecution(id, p, in, &o, policy)
+	now := time.Now()
+	x.rec = ExecutionRecord{ID: id, Status: StatusRunning, Graph: graph, Inputs: enc, OnFailure: policy, Created: now, Updated: now}
+	if err := ex.reserve(id, x); err != nil {
+		return nil, err
+	}
+	rec := x.rec
+	if err := ex.cfg.Store.CreateExecution(ctx, &rec); err != nil {
+		ex.release(id)
+		return nil, err
+	}
+	x.launch()
+	return x, nil
+}
+
+// Resume continues execution id from its checkpoint in the Store
+// (ErrNotFound when there is none), after a crash or on another
+// Executor sharing the Store: every WORKFLOW node whose record says
+// completed keeps its outputs (no new job); every other node runs again
+// (control nodes are re-evaluated). A failed or cancelled execution can
+// be resumed too. Resuming a completed execution returns one that is
+// already done, with its Result. opts.ID is ignored; OnFailure comes from
+// the checkpoint unless opts sets it. ErrExists when the execution runs in
+// this Executor; ErrClosed after Close. Like Start, Resume returns once
+// the execution runs in the background.
+func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Execution, error) {
+	o, err := runOpts(opts)
+	if err != nil {
+		return nil, err
+	}
+	ex.mu.Lock()
+	closed := ex.closed
+	ex.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	cp, err := ex.cfg.Store.Load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cp.Execution == nil {
+		return nil, fmt.Errorf("%w: %q has no execution record", ErrNotFound, id)
+	}
+	g, err := ParseGraph(cp.Execution.Graph)
+	if err != nil {
+		return nil, fmt.Errorf("dag: resume %q: stored graph: %w", id, err)
+	}
+	p, err := compile(g)
+	if err != nil {
+		return nil, fmt.Errorf("dag: resume %q: stored graph: %w", id, err)
+	}
+	in, err := decodeValues(cp.Execution.Inputs)
+	if err != nil {
+		return nil, fmt.Errorf("dag: resume %q: stored inputs: %w", id, err)
+	}
+	policy := cmp.Or(o.OnFailure, cp.Execution.OnFailure, FailFast)
+	x := ex.newExecution(id, p, in, &o, policy)
+	x.rec = *cp.Execution
+	x.rec.OnFailure = policy
+	if cp.Execution.Status == StatusCompleted {
+		x.restoreDone(cp)
+		return x, nil
+	}
+	x.restore(cp)
+	if err := ex.reserve(id, x); err != nil {
+		return nil, err
+	}
+	x.rec.Status, x.rec.Updated = StatusRunning, time.Now()
+	rec := x.rec
+	if err := ex.cfg.Store.UpdateExecution(ctx, &rec); err != nil {
+		ex.release(id)
+		return nil, err
+	}
+	x.launch()
+	return x, nil
+}
+
+// runOpts copies and checks opts.
+func runOpts(opts *RunOpts) (RunOpts, error) {
+	var o RunOpts
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.OnFailure != "" && o.OnFailure != FailFast && o.OnFailure != Continue:
+		return o, fmt.Errorf("%w: RunOpts.OnFailure %q must be %q or %q", ErrInvalid, o.OnFailure, FailFast, Continue)
+	case o.Parallelism < 0:
+		return o, fmt.Errorf("%w: RunOpts.Parallelism cannot be negative", ErrInvalid)
+	}
+	return o, nil
+}
+
+// checkInputs checks the execution inputs against the INPUT fields of p
+// and returns them in their runtime form, defaults applied.
+func checkInputs(p *plan, inputs map[string]any) (map[string]any, error) {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		if _, ok := p.inputs[name]; !ok {
+			errs = append(errs, fmt.Errorf("%w: no INPUT field %q", ErrMissingInput, name))
+		}
+	}
+	out := make(map[string]any, len(p.inputs))
+	for _, name := range slices.Sorted(maps.Keys(p.inputs)) {
+		f := p.inputs[name].field
+		v, ok := inputs[name]
+		if !ok {
+			if f.Default == nil {
+				errs = append(errs, fmt.Errorf("%w: input %q (%s) is required", ErrMissingInput, name, f.Type))
+				continue
+			}
+			v = f.Default
+		}
+		nv, err := normalizeValue(v, f.Type)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: input %q: %w", ErrMissingInput, name, err))
+			continue
+		}
+		out[name] = nv
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Execution is one run of a graph, started by Executor.Start or Resume.
+// Its methods are safe for concurrent use.
+type Execution struct {
+	id      string
+	ex      *Executor
+	p       *plan
+	log     *slog.Logger
+	policy  FailurePolicy
+	limit   int
+	onEvent func(Event)
+	inputs  map[string]any
+	rec     ExecutionRecord // the stored record, owned by the loop once launched
+
+	// ctx is cancelled (with a cause matching ErrCancelled) by Cancel,
+	// Executor.Close or the first failure under FailFast; the nodes' jobs
+	// run on contexts derived from it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	mbox   mailbox
+
+	// Owned by the loop goroutine.
+	rt       []nodeRT
+	ready    []int // nodes whose parents are all terminal, FIFO
+	waitWF   []int // ready WORKFLOW nodes waiting for a slot, FIFO
+	inflight int   // WORKFLOW nodes being run
+	abort    abortKind
+	abortErr error // why pending nodes are cancelled
+	failures []error
+	wf       *wfRunner
+
+	// Written by the loop under mu; read by the other methods under mu.
+	mu      sync.Mutex
+	infos   []NodeInfo
+	prog    [][2]int // last progress (value, max) by node
+	active  []int    // queued or running nodes, sorted by ID
+	nDone   int
+	status  Status
+	outputs map[string]any
+	result  *Result // set once done
+	err     error
+}
+
+type abortKind uint8
+
+const (
+	abortNone abortKind = iota
+	abortFailFast
+	abortCancel
+)
+
+// nodeRT is the scheduler's state of one node.
+type nodeRT struct {
+	waiting  int  // distinct parents not terminal yet
+	queued   bool // in ready or waitWF
+	inflight bool
+	prevRuns int // jobs submitted before a resume
+}
+
+func (ex *Executor) newExecution(id string, p *plan, in map[string]any, o *RunOpts, policy FailurePolicy) *Execution {
+	x := &Execution{
+		id:      id,
+		ex:      ex,
+		p:       p,
+		log:     ex.log.With(slog.String("execution_id", id)),
+		policy:  policy,
+		limit:   cmp.Or(o.Parallelism, ex.cfg.Parallelism),
+		onEvent: o.OnEvent,
+		inputs:  in,
+		done:    make(chan struct{}),
+		rt:      make([]nodeRT, len(p.nodes)),
+		infos:   make([]NodeInfo, len(p.nodes)),
+		prog:    make([][2]int, len(p.nodes)),
+		status:  StatusRunning,
+		outputs: make(map[string]any),
+	}
+	x.mbox.notify = make(chan struct{}, 1)
+	for i, n := range p.nodes {
+		x.infos[i] = NodeInfo{Node: n.id, Kind: n.kind, State: NodePending}
+	}
+	return x
+}
+
+// restore takes the completed WORKFLOW nodes of a checkpoint as they are
+// and notes how many jobs the others submitted.
+func (x *Execution) restore(cp *Checkpoint) {
+	for _, rec := range cp.Nodes {
+		i, ok := x.p.byID[rec.Node]
+		if !ok || x.p.nodes[i].kind != KindWorkflow {
+			continue
+		}
+		x.rt[i].prevRuns = rec.Runs
+		if rec.State != NodeCompleted {
+			continue
+		}
+		out, err := decodeValues(rec.Outputs)
+		if err != nil {
+			x.log.LogAttrs(context.Background(), slog.LevelWarn, "dag: stored outputs do not decode; the node runs again",
+				slog.String("node_id", rec.Node), slog.Any("err", err))
+			continue
+		}
+		x.infos[i] = infoFromRecord(x.p.nodes[i], rec, out)
+		x.nDone++
+	}
+}
+
+// restoreDone makes x the already finished execution of a completed
+// checkpoint.
+func (x *Execution) restoreDone(cp *Checkpoint) {
+	for _, rec := range cp.Nodes {
+		i, ok := x.p.byID[rec.Node]
+		if !ok {
+			continue
+		}
+		out, err := decodeValues(rec.Outputs)
+		if err != nil {
+			x.log.LogAttrs(context.Background(), slog.LevelWarn, "dag: stored outputs do not decode",
+				slog.String("node_id", rec.Node), slog.Any("err", err))
+		}
+		x.infos[i] = infoFromRecord(x.p.nodes[i], rec, out)
+		if x.infos[i].State.Terminal() {
+			x.nDone++
+		}
+		if x.p.nodes[i].kind == KindOutput && rec.State == NodeCompleted {
+			maps.Copy(x.outputs, out)
+		}
+	}
+	x.status = StatusCompleted
+	x.ctx, x.cancel = context.WithCancelCause(context.Background())
+	x.cancel(nil)
+	x.finishLocked()
+	close(x.done)
+}
+
+func infoFromRecord(n *pnode, rec *NodeRecord, out map[string]any) NodeInfo {
+	info := NodeInfo{
+		Node: n.id, Kind: n.kind, State: rec.State, Backend: rec.Backend, JobID: rec.JobID,
+		Runs: rec.Runs, Memoized: rec.Memoized, Outputs: out, Started: rec.Started, Ended: rec.Ended,
+	}
+	if rec.Error != "" {
+		info.Err = errors.New(rec.Error)
+	}
+	return info
+}
+
+// launch starts the execution's loop.
+func (x *Execution) launch() {
+	x.ctx, x.cancel = context.WithCancelCause(x.ex.ctx)
+	x.ex.wg.Go(x.loop)
+}
+
+// ID returns the execution's ID (the key of its checkpoint).
+func (x *Execution) ID() string { return x.id }
+
+// Done returns a channel closed when the execution has ended: every node
+// is terminal, the last event was delivered and Wait returns at once.
+func (x *Execution) Done() <-chan struct{} { return x.done }
+
+// Wait waits until the execution ends, or ctx ends (then it returns nil
+// and ctx.Err(); the execution goes on). The Result is non-nil once the
+// execution ended; the error is nil when it completed, the first
+// *NodeError when it failed under FailFast, errors.Join of every
+// *NodeError under Continue, and one matching ErrCancelled when it was
+// cancelled (by Cancel or Executor.Close). Every call returns the same
+// Result: do not modify it. Do not call Wait from RunOpts.OnEvent with a
+// context that does not end: the execution waits for OnEvent.
+func (x *Execution) Wait(ctx context.Context) (*Result, error) {
+	select {
+	case <-x.done:
+		return x.result, x.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Cancel cancels the execution: its running nodes are cancelled (their
+// jobs interrupted on the backends), the others marked cancelled, and the
+// execution ends with StatusCancelled (StatusFailed if a FailFast failure
+// came first). It waits until the execution ended, or until ctx ends
+// (then it returns ctx.Err(); the cancellation goes on). Cancelling an
+// execution that ended does nothing. From RunOpts.OnEvent, which the
+// execution waits for, use a context that is already done: the
+// cancellation then takes effect after OnEvent returns.
+func (x *Execution) Cancel(ctx context.Context) error {
+	x.cancel(ErrCancelled)
+	select {
+	case <-x.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Progress returns how far the execution is.
+func (x *Execution) Progress() Progress {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.progressLocked()
+}
+
+// progressLocked builds the Progress; the caller holds mu or is the loop.
+func (x *Execution) progressLocked() Progress {
+	pr := Progress{Done: x.nDone, Total: len(x.infos)}
+	if len(x.active) > 0 {
+		pr.Running = make([]RunningNode, len(x.active))
+		for k, i := range x.active {
+			inf := &x.infos[i]
+			pr.Running[k] = RunningNode{Node: inf.Node, State: inf.State, Backend: inf.Backend, Value: x.prog[i][0], Max: x.prog[i][1]}
+		}
+	}
+	return pr
+}
+
+// Snapshot returns the execution's current state: the records of every
+// node (Status is StatusRunning until it ends) and the outputs produced so
+// far. The values in Outputs are shared: do not modify them.
+func (x *Execution) Snapshot() *Result {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.snapshotLocked()
+}
+
+func (x *Execution) snapshotLocked() *Result {
+	r := &Result{Execution: x.id, Status: x.status, Outputs: maps.Clone(x.outputs), Nodes: make(map[string]*NodeInfo, len(x.infos))}
+	for i := range x.infos {
+		inf := x.infos[i]
+		inf.Outputs = maps.Clone(inf.Outputs)
+		r.Nodes[inf.Node] = &inf
+	}
+	return r
+}
+
+// finishLocked sets the final Result (mu held, or no other goroutine yet).
+func (x *Execution) finishLocked() {
+	x.result = x.snapshotLocked()
+}
+
+// The reporter methods: called by the wfRunner from other goroutines;
+// they hand the report to the loop and never block.
+
+func (x *Execution) nodeQueued(node, jobID string) {
+	if i, ok := x.p.byID[node]; ok {
+		x.mbox.post(msg{kind: msgQueued, node: i, jobID: jobID})
+	}
+}
+
+func (x *Execution) nodeRunning(node, backend, jobID string) {
+	if i, ok := x.p.byID[node]; ok {
+		x.mbox.post(msg{kind: msgRunning, node: i, backend: backend, jobID: jobID})
+	}
+}
+
+func (x *Execution) nodeProgress(node string, value, max int) {
+	if i, ok := x.p.byID[node]; ok {
+		x.mbox.post(msg{kind: msgProgress, node: i, value: value, max: max})
+	}
+}
+
+type msgKind uint8
+
+const (
+	msgQueued msgKind = iota
+	msgRunning
+	msgProgress
+	msgResult
+)
+
+// msg is a report or a WORKFLOW node's outcome, for the loop.
+type msg struct {
+	kind           msgKind
+	node           int
+	backend, jobID string
+	value, max     int
+	res            wfResult
+	err            error
+}
+
+// mailbox is an unbounded queue of messages to the loop: posting never
+// blocks (reports may come from goroutines the loop waits for).
+type mailbox struct {
+	mu     sync.Mutex
+	q      []msg
+	closed bool
+	notify chan struct{} // 1-buffered: something was posted
+}
+
+func (m *mailbox) post(v msg) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.q = append(m.q, v)
+	m.mu.Unlock()
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued messages, giving buf (processed) back for reuse.
+func (m *mailbox) take(buf []msg) []msg {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.q
+	clear(buf)
+	m.q = buf[:0]
+	return q
+}
+
+// close drops every later message.
+func (m *mailbox) close() {
+	m.mu.Lock()
+	m.closed, m.q = true, nil
+	m.mu.Unlock()
+}
+
+// loop schedules the execution; it owns all the scheduling state.
+func (x *Execution) loop() {
+	x.wf = newWFRunner(wfDeps{
+		Runner: x.ex.cfg.Runner, Store: x.ex.cfg.Store, Ask: x.ex.cfg.AskBackend,
+		Log: x.log, Execution: x.id, Report: x,
+	})
+	x.emit(Event{Kind: EventExecutionState, Status: StatusRunning})
+	n := len(x.p.nodes)
+	terminal := func(i int) bool { return x.infos[i].State.Terminal() }
+	for _, i := range x.p.order {
+		if terminal(i) { // restored
+			x.emitNode(i)
+			continue
+		}
+		for _, par := range x.p.nodes[i].parents {
+			if !terminal(par) {
+				x.rt[i].waiting++
+			}
+		}
+		if x.rt[i].waiting == 0 {
+			x.pushReady(i)
+		}
+	}
+	var buf []msg
+	ctxDone := x.ctx.Done()
+	for {
+		if x.abort == abortNone && x.ctx.Err() != nil {
+			x.onCancel()
+		}
+		x.schedule()
+		if x.nDone == n {
+			break
+		}
+		if x.inflight == 0 {
+			// Unreachable for a compiled (acyclic) plan; never hang.
+			x.log.LogAttrs(x.ctx, slog.LevelError, "dag: scheduler stuck; cancelling the remaining nodes")
+			x.startAbort(abortCancel, fmt.Errorf("%w: scheduler stuck", ErrCancelled))
+			break // nothing is in flight: every node is terminal now
+		}
+		select {
+		case <-x.mbox.notify:
+			buf = x.mbox.take(buf)
+			for _, m := range buf {
+				x.handle(m)
+			}
+		case <-ctxDone:
+			ctxDone = nil
+		}
+	}
+	x.end()
+}
+
+// end records the execution's outcome; the loop's last act.
+func (x *Execution) end() {
+	x.mbox.close()
+	x.wf.close()
+	status, err := StatusCompleted, error(nil)
+	switch {
+	case x.abort == abortCancel:
+		status, err = StatusCancelled, errors.Join(append([]error{x.abortErr}, x.failures...)...)
+	case len(x.failures) > 0 && x.policy == FailFast:
+		status, err = StatusFailed, x.failures[0]
+	case len(x.failures) > 0:
+		status, err = StatusFailed, errors.Join(x.failures...)
+	}
+	x.rec.Status, x.rec.Updated = status, time.Now()
+	rec := x.rec
+	if serr := x.ex.cfg.Store.UpdateExecution(x.storeCtx(), &rec); serr != nil {
+		x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: store execution", slog.Any("err", serr))
+	}
+	x.mu.Lock()
+	x.status, x.err = status, err
+	x.mu.Unlock()
+	x.emit(Event{Kind: EventExecutionState, Status: status, Err: err})
+	x.mu.Lock()
+	x.finishLocked()
+	x.mu.Unlock()
+	x.cancel(nil)
+	x.ex.release(x.id)
+	close(x.done)
+}
+
+func (x *Execution) storeCtx() context.Context { return context.WithoutCancel(x.ctx) }
+
+func (x *Execution) pushReady(i int) {
+	if !x.rt[i].queued {
+		x.rt[i].queued = true
+		x.ready = append(x.ready, i)
+	}
+}
+
+// schedule handles the ready nodes: control nodes run at once, WORKFLOW
+// nodes start while slots are free.
+func (x *Execution) schedule() {
+	for {
+		for len(x.ready) > 0 {
+			i := x.ready[0]
+			x.ready = x.ready[1:]
+			x.process(i)
+		}
+		if len(x.waitWF) == 0 || x.inflight >= x.limit || x.abort != abortNone {
+			return
+		}
+		i := x.waitWF[0]
+		x.waitWF = x.waitWF[1:]
+		if !x.infos[i].State.Terminal() {
+			x.startWorkflow(i)
+		}
+	}
+}
+
+// edgeState classifies the in-edges of node i.
+func (x *Execution) edgeState(i int) (live []pedge, skipped bool, failed string) {
+	for _, e := range x.p.nodes[i].in {
+		src := &x.infos[e.from]
+		switch src.State {
+		case NodeCompleted:
+			if _, ok := src.Outputs[e.fromPort]; ok {
+				live = append(live, e)
+			} else {
+				skipped = true
+			}
+		case NodeSkipped:
+			skipped = true
+		case NodeFailed, NodeCancelled:
+			if failed == "" {
+				failed = src.Node
+			}
+		}
+	}
+	return live, skipped, failed
+}
+
+// process handles node i, whose parents are all terminal.
+func (x *Execution) process(i int) {
+	if x.infos[i].State.Terminal() {
+		return
+	}
+	if x.abort != abortNone {
+		x.finish(i, NodeCancelled, nil, x.abortErr)
+		return
+	}
+	n := x.p.nodes[i]
+	live, skipped, failed := x.edgeState(i)
+	if failed != "" {
+		st := x.infos[x.p.byID[failed]].State
+		x.finish(i, NodeCancelled, nil, fmt.Errorf("%w: upstream node %q %s", ErrCancelled, failed, st))
+		return
+	}
+	switch n.kind {
+	case KindWorkflow, KindCondition, KindFanout:
+		if skipped || (n.kind != KindWorkflow && len(live) == 0) {
+			x.finish(i, NodeSkipped, nil, x.errSkipped(i))
+			return
+		}
+	case KindMerge, KindOutput:
+		if len(live) == 0 {
+			x.finish(i, NodeSkipped, nil, x.errSkipped(i))
+			return
+		}
+	}
+	switch n.kind {
+	case KindWorkflow:
+		x.waitWF = append(x.waitWF, i)
+		return
+	case KindInput:
+		out := make(map[string]any)
+		for _, f := range n.node.Config.(*InputConfig).Fields {
+			if v, ok := x.inputs[f.Name]; ok {
+				out[f.Name] = v
+			}
+		}
+		x.complete(i, out)
+	case KindCondition:
+		v := x.value(live[0])
+		ok, err := n.cond.eval(x.ctx, v)
+		if err != nil {
+			x.fail(i, fmt.Errorf("dag: condition: %w", err))
+			return
+		}
+		x.complete(i, map[string]any{strconv.FormatBool(ok): v})
+	case KindFanout:
+		out, err := fanout(n.node.Config.(*FanoutConfig), x.value(live[0]))
+		if err != nil {
+			x.fail(i, err)
+			return
+		}
+		x.complete(i, out)
+	case KindMerge:
+		out, err := merge(n.node.Config.(*MergeConfig), x.sortedValues(live))
+		if err != nil {
+			x.fail(i, err)
+			return
+		}
+		x.complete(i, map[string]any{"out": out})
+	case KindOutput:
+		out := make(map[string]any)
+		for _, e := range live {
+			if _, ok := out[e.toPort]; !ok {
+				out[e.toPort] = x.value(e)
+			}
+		}
+		x.mu.Lock()
+		maps.Copy(x.outputs, out)
+		x.mu.Unlock()
+		x.complete(i, out)
+	default:
+		x.fail(i, fmt.Errorf("dag: unknown node kind %q", n.kind))
+	}
+}
+
+// errSkipped says why node i is skipped.
+func (x *Execution) errSkipped(i int) error {
+	for _, e := range x.p.nodes[i].in {
+		src := &x.infos[e.from]
+		switch src.State {
+		case NodeSkipped:
+			return fmt.Errorf("dag: upstream node %q was skipped", src.Node)
+		case NodeCompleted:
+			if _, ok := src.Outputs[e.fromPort]; !ok {
+				return fmt.Errorf("dag: port %q of upstream node %q has no value", e.fromPort, src.Node)
+			}
+		}
+	}
+	return errors.New("dag: no input has a value")
+}
+
+func (x *Execution) value(e pedge) any { return x.infos[e.from].Outputs[e.fromPort] }
+
+// sortedValues returns the values of the live edges in port-name order
+// (numeric names numerically, first), then edge order.
+func (x *Execution) sortedValues(live []pedge) []any {
+	slices.SortStableFunc(live, func(a, b pedge) int { return comparePorts(a.toPort, b.toPort) })
+	vs := make([]any, len(live))
+	for k, e := range live {
+		vs[k] = x.value(e)
+	}
+	return vs
+}
+
+// comparePorts orders numeric port names numerically, before the others,
+// which are in string order.
+func comparePorts(a, b string) int {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}
+
+// fanout computes a FANOUT node's outputs.
+func fanout(c *FanoutConfig, v any) (map[string]any, error) {
+	out := make(map[string]any, c.Count)
+	if c.Mode != FanoutDistribute {
+		for k := range c.Count {
+			out[strconv.Itoa(k)] = v
+		}
+		return out, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("dag: fanout distribute: input is %s, not a list", runtimeKind(v))
+	}
+	base, rem := len(list)/c.Count, len(list)%c.Count
+	at := 0
+	for k := range c.Count {
+		size := base
+		if k < rem {
+			size++
+		}
+		chunk := make([]any, size)
+		copy(chunk, list[at:])
+		out[strconv.Itoa(k)] = chunk
+		at += size
+	}
+	return out, nil
+}
+
+// merge combines a MERGE node's inputs, in order.
+func merge(c *MergeConfig, vs []any) (any, error) {
+	if c.Mode != MergeConcatImages {
+		return vs, nil
+	}
+	var out []any
+	for k, v := range vs {
+		switch v := v.(type) {
+		case File:
+			out = append(out, v)
+		case []any:
+			for _, e := range v {
+				if _, ok := e.(File); !ok {
+					return nil, fmt.Errorf("dag: merge concat_images: input %d holds %s, not an image", k, runtimeKind(e))
+				}
+			}
+			out = append(out, v...)
+		default:
+			return nil, fmt.Errorf("dag: merge concat_images: input %d is %s, not an image", k, runtimeKind(v))
+		}
+	}
+	if out == nil {
+		out = []any{}
+	}
+	return out, nil
+}
+
+// runtimeKind names the type of a runtime value for an error message.
+func runtimeKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nil"
+	case int64:
+		return "an int"
+	case float64:
+		return "a float"
+	case string:
+		return "a string"
+	case bool:
+		return "a bool"
+	case File:
+		return "an image"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// startWorkflow runs WORKFLOW node i in a goroutine of its own.
+func (x *Execution) startWorkflow(i int) {
+	n := x.p.nodes[i]
+	in := make(map[string]any, len(n.in))
+	for _, e := range n.in {
+		if v, ok := x.infos[e.from].Outputs[e.fromPort]; ok && x.infos[e.from].State == NodeCompleted {
+			in[e.toPort] = v
+		}
+	}
+	x.inflight++
+	x.rt[i].inflight = true
+	x.mu.Lock()
+	x.infos[i].Started = time.Now()
+	x.mu.Unlock()
+	prev := x.rt[i].prevRuns
+	x.ex.wg.Go(func() {
+		ctx, cancel := context.WithCancel(x.ctx)
+		res, err := x.wf.run(ctx, n, in, prev)
+		cancel()
+		x.mbox.post(msg{kind: msgResult, node: i, res: res, err: err})
+	})
+}
+
+// rank orders the node states for "forward only".
+func rank(s NodeState) int {
+	switch s {
+	case NodePending:
+		return 0
+	case NodeQueued:
+		return 1
+	case NodeRunning:
+		return 2
+	}
+	return 3
+}
+
+// handle applies one message.
+func (x *Execution) handle(m msg) {
+	i := m.node
+	inf := &x.infos[i]
+	if m.kind == msgResult {
+		if x.abort == abortNone && x.ctx.Err() != nil {
+			x.onCancel() // before i stops being in flight
+		}
+		x.inflight--
+		x.rt[i].inflight = false
+		r := m.res
+		x.mu.Lock()
+		inf.Backend = cmp.Or(r.backend, inf.Backend)
+		inf.JobID = cmp.Or(r.jobID, inf.JobID)
+		inf.Runs = max(r.runs, inf.Runs)
+		inf.Memoized = r.memoized
+		x.mu.Unlock()
+		switch {
+		case m.err == nil:
+			x.complete(i, r.outputs)
+		case x.ctx.Err() != nil:
+			err := m.err
+			if !errors.Is(err, ErrCancelled) {
+				err = fmt.Errorf("%w: %w", ErrCancelled, err)
+			}
+			x.finish(i, NodeCancelled, nil, err)
+		default:
+			x.fail(i, m.err)
+		}
+		return
+	}
+	if inf.State.Terminal() {
+		return
+	}
+	switch m.kind {
+	case msgQueued:
+		x.mu.Lock()
+		if m.jobID != "" && m.jobID != inf.JobID {
+			inf.JobID = m.jobID
+			inf.Runs = max(inf.Runs, x.rt[i].prevRuns) + 1
+		}
+		x.mu.Unlock()
+		if rank(inf.State) < rank(NodeQueued) {
+			x.transition(i, NodeQueued)
+		}
+	case msgRunning:
+		changed := (m.backend != "" && m.backend != inf.Backend) || (m.jobID != "" && m.jobID != inf.JobID)
+		x.mu.Lock()
+		inf.Backend = cmp.Or(m.backend, inf.Backend)
+		if m.jobID != "" && m.jobID != inf.JobID {
+			inf.JobID = m.jobID
+			if inf.Runs <= x.rt[i].prevRuns {
+				inf.Runs = x.rt[i].prevRuns + 1
+			}
+		}
+		x.mu.Unlock()
+		if rank(inf.State) < rank(NodeRunning) || changed {
+			x.transition(i, NodeRunning)
+		}
+	case msgProgress:
+		x.mu.Lock()
+		x.prog[i] = [2]int{m.value, m.max}
+		x.mu.Unlock()
+		x.emit(Event{Kind: EventNodeProgress, Node: inf.Node, State: inf.State, Backend: inf.Backend, JobID: inf.JobID, Value: m.value, Max: m.max})
+	}
+}
+
+// transition moves a non-terminal node to queued or running.
+func (x *Execution) transition(i int, s NodeState) {
+	inf := &x.infos[i]
+	x.mu.Lock()
+	if inf.State == NodePending {
+		x.addActive(i)
+	}
+	inf.State = s
+	x.mu.Unlock()
+	x.save(i)
+	x.emitNode(i)
+}
+
+// addActive inserts i in the ID-sorted active list (mu held).
+func (x *Execution) addActive(i int) {
+	id := x.infos[i].Node
+	k := sort.Search(len(x.active), func(k int) bool { return x.infos[x.active[k]].Node >= id })
+	x.active = slices.Insert(x.active, k, i)
+}
+
+// removeActive removes i from the active list (mu held).
+func (x *Execution) removeActive(i int) {
+	id := x.infos[i].Node
+	k := sort.Search(len(x.active), func(k int) bool { return x.infos[x.active[k]].Node >= id })
+	if k < len(x.active) && x.active[k] == i {
+		x.active = slices.Delete(x.active, k, k+1)
+	}
+}
+
+func (x *Execution) complete(i int, out map[string]any) {
+	x.finish(i, NodeCompleted, out, nil)
+}
+
+// fail fails node i: a *NodeError; under FailFast, the execution aborts.
+func (x *Execution) fail(i int, err error) {
+	ne := &NodeError{Node: x.infos[i].Node, Backend: x.infos[i].Backend, Err: err}
+	x.failures = append(x.failures, ne)
+	x.finish(i, NodeFailed, nil, ne)
+	if x.policy == FailFast && x.abort == abortNone {
+		x.startAbort(abortFailFast, fmt.Errorf("%w: node %q failed", ErrCancelled, ne.Node))
+	}
+}
+
+// onCancel aborts the execution after its context ended.
+func (x *Execution) onCancel() {
+	cause := context.Cause(x.ctx)
+	if errors.Is(cause, errFailFast) {
+		return // our own doing; abort already set
+	}
+	x.startAbort(abortCancel, cause)
+}
+
+// startAbort cancels the running nodes and every node not started.
+func (x *Execution) startAbort(k abortKind, why error) {
+	x.abort, x.abortErr = k, why
+	if k == abortFailFast {
+		x.cancel(errFailFast)
+	}
+	x.waitWF = nil
+	for _, i := range x.p.order {
+		if !x.infos[i].State.Terminal() && !x.rt[i].inflight {
+			x.finish(i, NodeCancelled, nil, why)
+		}
+	}
+}
+
+// finish moves node i to terminal state s, saves and reports it, and
+// counts it done for its children.
+func (x *Execution) finish(i int, s NodeState, out map[string]any, err error) {
+	inf := &x.infos[i]
+	now := time.Now()
+	x.mu.Lock()
+	if inf.State != NodePending {
+		x.removeActive(i)
+	}
+	inf.State, inf.Outputs, inf.Err, inf.Ended = s, out, err, now
+	if inf.Started.IsZero() {
+		inf.Started = now
+	}
+	x.prog[i] = [2]int{}
+	x.nDone++
+	x.mu.Unlock()
+	x.save(i)
+	x.emitNode(i)
+	for _, c := range x.p.nodes[i].children {
+		if x.infos[c].State.Terminal() {
+			continue
+		}
+		x.rt[c].waiting--
+		if x.rt[c].waiting == 0 {
+			x.pushReady(c)
+		}
+	}
+}
+
+// save checkpoints node i; a store error is logged.
+func (x *Execution) save(i int) {
+	inf := &x.infos[i]
+	rec := NodeRecord{
+		Node: inf.Node, State: inf.State, Backend: inf.Backend, JobID: inf.JobID, Runs: inf.Runs,
+		Memoized: inf.Memoized, Started: inf.Started, Ended: inf.Ended,
+	}
+	if inf.Err != nil {
+		rec.Error = inf.Err.Error()
+	}
+	if inf.Outputs != nil {
+		raw, err := encodeValues(inf.Outputs)
+		if err != nil {
+			x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: encode node outputs", slog.String("node_id", inf.Node), slog.Any("err", err))
+		}
+		rec.Outputs = raw
+	}
+	if err := x.ex.cfg.Store.SaveNode(x.storeCtx(), x.id, &rec); err != nil {
+		x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: store node", slog.String("node_id", inf.Node), slog.Any("err", err))
+	}
+}
+
+// emitNode reports node i's state.
+func (x *Execution) emitNode(i int) {
+	if x.onEvent == nil {
+		return
+	}
+	inf := &x.infos[i]
+	x.emit(Event{Kind: EventNodeState, Node: inf.Node, State: inf.State, Backend: inf.Backend, JobID: inf.JobID, Err: inf.Err})
+}
+
+// emit delivers an event to RunOpts.OnEvent, from the loop goroutine.
+func (x *Execution) emit(ev Event) {
+	if x.onEvent == nil {
+		return
+	}
+	ev.Time, ev.Execution = time.Now(), x.id
+	ev.Progress = x.progressLocked() // the loop is the only writer
+	defer func() {
+		// OnEvent is user code: a panic there must not take the
+		// scheduler (and the process) down.
+		if v := recover(); v != nil {
+			x.log.LogAttrs(x.ctx, slog.LevelError, "dag: RunOpts.OnEvent panicked",
+				slog.String("event", string(ev.Kind)), slog.String("node_id", ev.Node),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	x.onEvent(ev)
+}

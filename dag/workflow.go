@@ -1,0 +1,841 @@
+package dag
+
+// WORKFLOW nodes: how one node's workflow is patched with its input
+// values, where it runs, how its job is watched, retried and memoised, and
+// how its result becomes output port values.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/pool"
+)
+
+// Bounds of the calls a WORKFLOW node makes on the side.
+const (
+	// cancelTimeout bounds Runner.Cancel after the node's context ended
+	// (pool.Cancel interrupts the prompt and waits for it to stop; the
+	// pool's own InterruptTimeout defaults to 30s).
+	cancelTimeout = time.Minute
+	// vramTimeout bounds each SystemStats call of FallbackAuto; a backend
+	// that does not answer in time counts as having no free VRAM.
+	vramTimeout = 2 * time.Second
+	// maxEarlyJobs bounds the job ids whose events arrived before Enqueue
+	// returned their id (see wfRunner.early).
+	maxEarlyJobs = 256
+)
+
+// reporter receives a WORKFLOW node's progress; the execution implements
+// it. Its methods are called from the node's goroutine (or the wfRunner's
+// event goroutine) and must not block for long. For one runner they are
+// never called concurrently, and for one job nodeQueued comes first.
+type reporter interface {
+	nodeQueued(node, jobID string)
+	nodeRunning(node, backend, jobID string)
+	nodeProgress(node string, value, max int)
+}
+
+// wfDeps is what a wfRunner needs from its execution.
+type wfDeps struct {
+	Runner    Runner
+	Store     Store
+	Ask       AskBackendFunc
+	Log       *slog.Logger
+	Execution string
+	Report    reporter
+}
+
+// wfResult is the outcome of one WORKFLOW node (also on error: Backend,
+// JobID and Runs say what was tried).
+type wfResult struct {
+	outputs  map[string]any
+	backend  string
+	jobID    string
+	runs     int
+	memoized bool
+}
+
+// wfRunner runs the WORKFLOW nodes of one execution. Its methods may be
+// called concurrently (one run per node at a time), except close.
+//
+// When the Runner is a Subscriber, the wfRunner subscribes once to the
+// job:started and job:progress events and one goroutine (stopped by close)
+// maps each event's job to its node and reports it. A job may start before
+// Enqueue returned its id: such events are kept (the last job:started and
+// the last job:progress of at most maxEarlyJobs jobs, oldest dropped first)
+// and replayed when the id is registered.
+type wfRunner struct {
+	d      wfDeps
+	log    *slog.Logger
+	lister BackendLister // nil when the Runner is not one
+
+	stop      chan struct{} // closed by close
+	done      chan struct{} // closed when the event goroutine returned; nil without a Subscriber
+	unsub     func()
+	closeOnce sync.Once
+
+	mu         sync.Mutex // guards the fields below and serialises the reporter calls
+	jobs       map[string]*jobEntry
+	early      map[string]*earlyEvents
+	earlyOrder []string // keys of early, oldest first
+}
+
+// jobEntry is a job of the execution whose events are reported.
+type jobEntry struct {
+	node    string
+	running bool   // nodeRunning was reported for it
+	backend string // where it last started
+}
+
+// earlyEvents are the events of a job not registered yet.
+type earlyEvents struct {
+	started, progress *pool.Event
+}
+
+// newWFRunner returns the runner of one execution's WORKFLOW nodes.
+func newWFRunner(d wfDeps) *wfRunner {
+	if d.Report == nil {
+		d.Report = nopReporter{}
+	}
+	w := &wfRunner{
+		d:     d,
+		log:   cmp.Or(d.Log, slog.Default()), // the execution's: it names the execution
+		stop:  make(chan struct{}),
+		jobs:  map[string]*jobEntry{},
+		early: map[string]*earlyEvents{},
+	}
+	w.lister, _ = d.Runner.(BackendLister)
+	if s, ok := d.Runner.(Subscriber); ok {
+		ch, unsub := s.Subscribe(pool.EventJobStarted, pool.EventJobProgress)
+		w.unsub = unsub
+		w.done = make(chan struct{})
+		go w.events(ch)
+	}
+	return w
+}
+
+// close stops the runner's goroutines; called once, after the last run
+// returned. It waits for the event goroutine to return.
+func (w *wfRunner) close() {
+	w.closeOnce.Do(func() {
+		close(w.stop)
+		if w.unsub != nil {
+			w.unsub()
+		}
+		if w.done != nil {
+			<-w.done
+		}
+	})
+}
+
+// events reports the job events of ch until close or until ch closes.
+func (w *wfRunner) events(ch <-chan pool.Event) {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.stop:
+			return
+		case e, ok := <-ch:
+			if !ok {
+				return
+			}
+			w.event(e)
+		}
+	}
+}
+
+// event reports e if its job is registered, else keeps it for register.
+func (w *wfRunner) event(e pool.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if j := w.jobs[e.JobID]; j != nil {
+		w.reportLocked(j, e)
+		return
+	}
+	ee := w.early[e.JobID]
+	if ee == nil {
+		if len(w.earlyOrder) >= maxEarlyJobs {
+			delete(w.early, w.earlyOrder[0])
+			w.earlyOrder = slices.Delete(w.earlyOrder, 0, 1)
+		}
+		ee = &earlyEvents{}
+		w.early[e.JobID] = ee
+		w.earlyOrder = append(w.earlyOrder, e.JobID)
+	}
+	switch e.Kind {
+	case pool.EventJobStarted:
+		ee.started, ee.progress = &e, nil // a new attempt: its progress starts over
+	case pool.EventJobProgress:
+		ee.progress = &e
+	}
+}
+
+// reportLocked reports e for job j. Called with w.mu held.
+func (w *wfRunner) reportLocked(j *jobEntry, e pool.Event) {
+	switch e.Kind {
+	case pool.EventJobStarted:
+		j.running, j.backend = true, e.Backend
+		w.d.Report.nodeRunning(j.node, e.Backend, e.JobID)
+	case pool.EventJobProgress:
+		if e.Progress != nil {
+			w.d.Report.nodeProgress(j.node, int(e.Progress.Value), int(e.Progress.Max))
+		}
+	}
+}
+
+// register reports that node's job id was queued, then replays the job's
+// early events.
+func (w *wfRunner) register(node, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.d.Report.nodeQueued(node, id)
+	j := &jobEntry{node: node}
+	w.jobs[id] = j
+	if ee := w.early[id]; ee != nil {
+		delete(w.early, id)
+		w.earlyOrder = slices.DeleteFunc(w.earlyOrder, func(s string) bool { return s == id })
+		if ee.started != nil {
+			w.reportLocked(j, *ee.started)
+		}
+		if ee.progress != nil {
+			w.reportLocked(j, *ee.progress)
+		}
+	}
+}
+
+// unregister stops reporting job id and returns the backend it last
+// started on ("" when unknown). When its result arrived (backend set) and
+// no job:started was seen for it (no Subscriber, a dropped event, or a job
+// that started before a resume), nodeRunning is reported now.
+func (w *wfRunner) unregister(id, backend string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	j := w.jobs[id]
+	delete(w.jobs, id)
+	if j == nil {
+		return ""
+	}
+	if !j.running && backend != "" {
+		w.d.Report.nodeRunning(j.node, backend, id)
+	}
+	return j.backend
+}
+
+// run runs WORKFLOW node n with its input port values in (live ports
+// only) and returns its output port values. prevRuns is how many jobs
+// earlier runs of the node (before a resume) submitted. When ctx ends the
+// job is cancelled on its backend and the error matches ErrCancelled.
+//
+// It patches the workflow with the param values (a value of the wrong
+// type fails the node at once), answers from the Store when the node
+// memoises and an identical run completed before, chooses the backend
+// (see chooseBackend), submits the job and waits for it. A job that
+// failed for another reason than a cancellation is submitted again while
+// the node has Retries left, never on a backend it already failed on.
+func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRuns int) (wfResult, error) {
+	r := wfResult{runs: prevRuns}
+	cfg, ok := n.node.Config.(*WorkflowConfig)
+	if !ok {
+		return r, fmt.Errorf("dag: node %q is not a WORKFLOW node", n.id)
+	}
+	wf, files, err := patchWorkflow(cfg, n.id, in)
+	if err != nil {
+		return r, err
+	}
+	log := w.log.With("node_id", n.id)
+
+	var memoKey string
+	if cfg.Memoize && w.d.Store != nil {
+		if memoKey, err = memoKeyOf(wf, files, cfg.Outputs); err != nil {
+			log.WarnContext(ctx, "cannot compute the memo key; running the node", "err", err)
+		} else if out, ok := w.memo(ctx, log, memoKey); ok {
+			r.outputs, r.memoized = out, true
+			return r, nil
+		}
+	}
+
+	var failed []string // backends the node's jobs failed on
+	var lastErr error   // the last job's failure
+	for {
+		out, backend, jobID, err := w.runOnce(ctx, n.id, cfg, wf, files, failed, r.runs+1)
+		if jobID != "" {
+			r.runs++
+			r.jobID = jobID
+		}
+		if backend != "" {
+			r.backend = backend
+		}
+		switch {
+		case err == nil:
+			r.outputs = out
+			if memoKey != "" {
+				w.saveMemo(ctx, log, memoKey, out)
+			}
+			return r, nil
+		case jobID == "":
+			// Nothing was submitted (no backend, a closed Runner, a
+			// cancellation): a retry stops here with the job's failure.
+			if lastErr != nil && !errors.Is(err, ErrCancelled) {
+				return r, fmt.Errorf("%w; no retry: %w", lastErr, err)
+			}
+			return r, err
+		case errors.Is(err, ErrCancelled) || errors.Is(err, pool.ErrClosed):
+			return r, err
+		}
+		lastErr = err
+		failed = appendFailed(failed, err, backend)
+		if r.runs >= 1+cfg.Retries {
+			return r, err
+		}
+		log.InfoContext(ctx, "workflow node failed; retrying on another backend",
+			"job_id", jobID, "backend", backend, "run", r.runs, "excluded", failed, "err", err)
+	}
+}
+
+// runOnce chooses a backend for run number runNo of node, submits the
+// job and waits for it. jobID is empty when no job was submitted.
+func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig, wf comfy.Workflow, files []pool.InputFile, failed []string, runNo int) (out map[string]any, backend, jobID string, err error) {
+	if ctx.Err() != nil {
+		return nil, "", "", cancelled(ctx, ctx.Err())
+	}
+	opts, pinned, err := w.chooseBackend(ctx, node, cfg, failed)
+	if err != nil {
+		return nil, "", "", cancelled(ctx, err)
+	}
+	opts.Priority = cfg.Priority
+	opts.Inputs = files
+	opts.IdempotencyKey = w.d.Execution + "/" + node + "/" + strconv.Itoa(runNo)
+	opts.Metadata = map[string]string{"dag_execution": w.d.Execution, "dag_node": node}
+	jobID, err = w.d.Runner.Enqueue(ctx, wf, opts)
+	if err != nil {
+		if errors.Is(err, pool.ErrNoBackend) {
+			err = fmt.Errorf("%w: %w", ErrNoBackend, err)
+		}
+		return nil, "", "", cancelled(ctx, err)
+	}
+	w.register(node, jobID)
+	res, err := w.d.Runner.Wait(ctx, jobID)
+	if err != nil && ctx.Err() != nil {
+		// The node was cancelled: interrupt the job on its backend.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		cerr := w.d.Runner.Cancel(cctx, jobID)
+		cancel()
+		if cerr != nil {
+			w.log.WarnContext(ctx, "cancel job", "node_id", node, "job_id", jobID, "err", cerr)
+		}
+		started := w.unregister(jobID, "")
+		return nil, cmp.Or(lastBackend(err), started, pinned), jobID, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	}
+	if err != nil {
+		started := w.unregister(jobID, "")
+		if errors.Is(err, pool.ErrCancelled) {
+			err = fmt.Errorf("%w: %w", ErrCancelled, err)
+		}
+		return nil, cmp.Or(lastBackend(err), started, pinned), jobID, err
+	}
+	w.unregister(jobID, res.Backend)
+	out, err = outputsOf(res, cfg.Outputs)
+	return out, res.Backend, jobID, err
+}
+
+// cancelled returns err, made to match ErrCancelled when ctx ended.
+func cancelled(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ErrCancelled) {
+		return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	}
+	return err
+}
+
+// lastBackend returns the backend of the last attempt of a failed job.
+func lastBackend(err error) string {
+	var je *pool.JobError
+	if errors.As(err, &je) && len(je.Attempts) > 0 {
+		return je.Attempts[len(je.Attempts)-1].Backend
+	}
+	return ""
+}
+
+// appendFailed adds to failed the backends a failed job ran on: those of
+// its attempts and backend, where its result came from.
+func appendFailed(failed []string, err error, backend string) []string {
+	add := func(b string) {
+		if b != "" && !slices.Contains(failed, b) {
+			failed = append(failed, b)
+		}
+	}
+	var je *pool.JobError
+	if errors.As(err, &je) {
+		for _, a := range je.Attempts {
+			add(a.Backend)
+		}
+	}
+	add(backend)
+	return failed
+}
+
+// chooseBackend returns the enqueue options that place the node's next
+// job (Tags, ExcludeBackends, PreferBackends) and the backend it is
+// pinned to ("" when the Runner chooses). failed lists the backends the
+// node's earlier jobs failed on: they are never chosen again.
+//
+// With a BackendLister: a node with no Backend and a Fallback other than
+// FallbackAuto lets the Runner choose among the backends having its
+// Capabilities. Otherwise the available backends are those the Runner
+// knows that are connected, not draining, have every capability and did
+// not fail the node; an available Backend is pinned (every other backend
+// is excluded), else the Fallback decides: FallbackNone fails with
+// ErrNoBackend; FallbackAsk asks wfDeps.Ask (nil: as FallbackNone) to pick
+// one of the available backends, ordered as FallbackAuto would, or to
+// decline (ErrNoBackend); FallbackAuto pins the first of that order.
+// Backends added to the Runner after the choice are not excluded.
+//
+// Without a BackendLister the choice is best effort: Backend becomes a
+// preference (EnqueueOpts.PreferBackends), Capabilities the job's Tags,
+// and the Fallback is not applied (the Runner runs the job wherever it
+// can, except on the backends in failed).
+func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *WorkflowConfig, failed []string) (*pool.EnqueueOpts, string, error) {
+	opts := &pool.EnqueueOpts{Tags: slices.Clone(cfg.Capabilities)}
+	if w.lister == nil || (cfg.Backend == "" && cfg.Fallback != FallbackAuto) {
+		opts.ExcludeBackends = slices.Clone(failed)
+		if w.lister == nil && cfg.Backend != "" && !slices.Contains(failed, cfg.Backend) {
+			opts.PreferBackends = []string{cfg.Backend}
+		}
+		return opts, "", nil
+	}
+	stats := w.lister.Stats(ctx)
+	var avail []pool.BackendStats
+	for _, b := range stats.Backends {
+		if eligible(b, cfg.Capabilities, failed) {
+			avail = append(avail, b)
+		}
+	}
+	choice := ""
+	if cfg.Backend != "" && slices.ContainsFunc(avail, func(b pool.BackendStats) bool { return b.Name == cfg.Backend }) {
+		choice = cfg.Backend
+	} else {
+		why := "the node names no backend"
+		if cfg.Backend != "" {
+			why = "backend " + strconv.Quote(cfg.Backend) + " is " + unavailableReason(stats.Backends, cfg.Backend, cfg.Capabilities, failed)
+		}
+		fallback := cmp.Or(cfg.Fallback, FallbackNone)
+		noneLeft := func() error {
+			return fmt.Errorf("%w: %s, and no backend is available (connected, with capabilities %v, not failed on) for fallback %s",
+				ErrNoBackend, why, cfg.Capabilities, fallback)
+		}
+		switch {
+		case fallback == FallbackAuto:
+			ranked := w.rank(ctx, avail, false)
+			if len(ranked) == 0 {
+				return nil, "", noneLeft()
+			}
+			choice = ranked[0].Name
+		case fallback == FallbackAsk && w.d.Ask != nil:
+			ranked := w.rank(ctx, avail, true)
+			if len(ranked) == 0 {
+				return nil, "", noneLeft() // nothing to ask about
+			}
+			ans, err := w.d.Ask(ctx, &BackendRequest{Execution: w.d.Execution, Node: node, Wanted: cfg.Backend, Candidates: ranked})
+			if err != nil {
+				return nil, "", fmt.Errorf("dag: AskBackend: %w", err)
+			}
+			if ans == "" {
+				return nil, "", fmt.Errorf("%w: %s and AskBackend declined", ErrNoBackend, why)
+			}
+			if !slices.ContainsFunc(ranked, func(b BackendInfo) bool { return b.Name == ans }) {
+				return nil, "", fmt.Errorf("dag: AskBackend answered %q, which is not one of the candidates", ans)
+			}
+			choice = ans
+		default:
+			return nil, "", fmt.Errorf("%w: %s (fallback %s)", ErrNoBackend, why, fallback)
+		}
+	}
+	for _, b := range stats.Backends {
+		if b.Name != choice {
+			opts.ExcludeBackends = append(opts.ExcludeBackends, b.Name)
+		}
+	}
+	return opts, choice, nil
+}
+
+// eligible reports whether backend b may run a job of the node.
+func eligible(b pool.BackendStats, caps, failed []string) bool {
+	if b.State != comfy.StateConnected || b.Draining || slices.Contains(failed, b.Name) {
+		return false
+	}
+	for _, c := range caps {
+		if !slices.Contains(b.Tags, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// unavailableReason says why backend name is not available.
+func unavailableReason(all []pool.BackendStats, name string, caps, failed []string) string {
+	i := slices.IndexFunc(all, func(b pool.BackendStats) bool { return b.Name == name })
+	if i < 0 {
+		return "unknown to the runner"
+	}
+	b := all[i]
+	switch {
+	case slices.Contains(failed, name):
+		return "excluded (the node failed on it)"
+	case b.State != comfy.StateConnected:
+		return b.State.String()
+	case b.Draining:
+		return "draining"
+	}
+	var missing []string
+	for _, c := range caps {
+		if !slices.Contains(b.Tags, c) {
+			missing = append(missing, c)
+		}
+	}
+	return "missing capabilities " + strings.Join(missing, ",")
+}
+
+// rank orders the available backends as FallbackAuto chooses: fewest jobs
+// in flight, then most free VRAM, then name. Free VRAM is fetched
+// concurrently, each call bounded by vramTimeout (an error counts as 0):
+// with all, for every backend; else only for the backends tied for the
+// fewest jobs, the only ones whose order decides the choice.
+func (w *wfRunner) rank(ctx context.Context, avail []pool.BackendStats, all bool) []BackendInfo {
+	out := make([]BackendInfo, len(avail))
+	minQ := 0
+	for i, b := range avail {
+		out[i] = BackendInfo{Name: b.Name, Queue: b.InFlight, Tags: slices.Clone(b.Tags)}
+		if i == 0 || b.InFlight < minQ {
+			minQ = b.InFlight
+		}
+	}
+	tied := 0
+	for _, b := range out {
+		if b.Queue == minQ {
+			tied++
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		if all || (tied > 1 && out[i].Queue == minQ) {
+			wg.Go(func() { out[i].VRAMFree = w.vramFree(ctx, out[i].Name) })
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b BackendInfo) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(b.VRAMFree, a.VRAMFree), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// vramFree returns the free VRAM of backend's first device, 0 when
+// unknown.
+func (w *wfRunner) vramFree(ctx context.Context, backend string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, vramTimeout)
+	defer cancel()
+	st, err := w.lister.SystemStats(ctx, backend)
+	if err != nil || st == nil || len(st.Devices) == 0 {
+		if err != nil {
+			w.log.DebugContext(ctx, "system stats", "backend", backend, "err", err)
+		}
+		return 0
+	}
+	return st.Devices[0].VRAMFree
+}
+
+// patchWorkflow returns a copy of the node's workflow with the param
+// values of in set, and the input files of its image params. A value of
+// the wrong type gives an error matching ErrBadParam.
+func patchWorkflow(cfg *WorkflowConfig, node string, in map[string]any) (comfy.Workflow, []pool.InputFile, error) {
+	wf := cfg.Workflow.Clone()
+	var files []pool.InputFile
+	for _, p := range cfg.Params {
+		v, ok := in[p.Name]
+		if !ok {
+			continue
+		}
+		val, file, err := paramValue(p, v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dag: param %q: %w: %w", p.Name, ErrBadParam, err)
+		}
+		if file != nil {
+			f, err := inputFile(node, p, file)
+			if err != nil {
+				return nil, nil, fmt.Errorf("dag: param %q: %w: %w", p.Name, ErrBadParam, err)
+			}
+			files = append(files, f)
+			continue
+		}
+		if err := wf.SetInput(p.Node, p.Input, val); err != nil {
+			return nil, nil, fmt.Errorf("dag: param %q: %w: %w", p.Name, ErrBadParam, err)
+		}
+	}
+	return wf, files, nil
+}
+
+// paramValue converts v to the param's type (see normalizeValue): a
+// workflow input value, or the File of an image param (a File, or a list
+// holding exactly one). A TypeAny param takes a scalar or an image.
+func paramValue(p Param, v any) (any, *File, error) {
+	switch p.Type {
+	case TypeImage:
+		x := v
+		if l, ok := v.([]any); ok {
+			if len(l) != 1 {
+				return nil, nil, fmt.Errorf("want an image (a File or a list of exactly one), got a list of %d", len(l))
+			}
+			x = l[0]
+		}
+		nv, err := normalizeValue(x, TypeImage)
+		if err != nil {
+			return nil, nil, fmt.Errorf("want an image (a File or a list of exactly one): %w", err)
+		}
+		f := nv.(File)
+		return nil, &f, nil
+	case TypeInt, TypeFloat, TypeString, TypeBool:
+		nv, err := normalizeValue(v, p.Type)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nv, nil, nil
+	case TypeAny, "":
+		nv, err := normalizeValue(v, TypeAny)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch x := nv.(type) {
+		case File:
+			return nil, &x, nil
+		case []any:
+			if len(x) == 1 {
+				if f, ok := x[0].(File); ok {
+					return nil, &f, nil
+				}
+			}
+		case int64, float64, string, bool:
+			return x, nil, nil
+		}
+		return nil, nil, fmt.Errorf("want a number, string, bool or image, got %T", nv)
+	}
+	return nil, nil, fmt.Errorf("unsupported param type %q", p.Type)
+}
+
+// inputFile returns the pool input file of image param p: its Data when
+// the file is in memory, else a Source on the backend that holds it.
+func inputFile(node string, p Param, f *File) (pool.InputFile, error) {
+	in := pool.InputFile{Name: plainName(node, p, f.Name), Targets: []pool.InputTarget{{Node: p.Node, Input: p.Input}}}
+	switch {
+	case f.Data != nil:
+		in.Data = f.Data
+	case f.Backend != "" && f.Ref.Filename != "":
+		in.Source = &pool.FileSource{Backend: f.Backend, Ref: f.Ref}
+	default:
+		return in, fmt.Errorf("image %q has neither data nor a backend and ref", f.Name)
+	}
+	return in, nil
+}
+
+// plainName returns the base of name when it is a usable file name, else
+// one made from the node and param ("dag_<node>_<param>.png").
+func plainName(node string, p Param, name string) string {
+	base := path.Base(strings.ReplaceAll(name, "\\", "/"))
+	if base != "" && base != "." && base != "/" && base != ".." && !strings.ContainsRune(base, 0) {
+		return base
+	}
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r == '/' || r == '\\' || r == 0 {
+				return '_'
+			}
+			return r
+		}, s)
+	}
+	return "dag_" + clean(node) + "_" + clean(p.Name) + ".png"
+}
+
+// memoVersion prefixes the memo key encoding; change it when the encoding
+// (or what a memoised value means) changes.
+const memoVersion = "comfypool/dag/memo/v1\x00"
+
+// memoKeyOf returns the memo key of a run: hex SHA-256 over the versioned,
+// length-prefixed encoding of the patched workflow's exact hash, each input
+// file's targets and identity (the SHA-256 of its data, or its backend and
+// ref) and the declared outputs.
+func memoKeyOf(wf comfy.Workflow, files []pool.InputFile, outputs []OutputPort) (string, error) {
+	raw, err := json.Marshal(wf)
+	if err != nil {
+		return "", fmt.Errorf("dag: memo key: %w", err)
+	}
+	sum, err := hash.Exact(raw)
+	if err != nil {
+		return "", fmt.Errorf("dag: memo key: %w", err)
+	}
+	var b bytes.Buffer
+	b.WriteString(memoVersion)
+	b.Write(sum[:])
+	num := func(n int) { b.Write(binary.AppendUvarint(nil, uint64(n))) }
+	str := func(s string) { num(len(s)); b.WriteString(s) }
+	num(len(files))
+	for _, f := range files {
+		num(len(f.Targets))
+		for _, t := range f.Targets {
+			str(t.Node)
+			str(t.Input)
+		}
+		if f.Data != nil {
+			d := sha256.Sum256(f.Data)
+			str("data")
+			b.Write(d[:])
+		} else {
+			str("ref")
+			str(f.Source.Backend)
+			str(f.Source.Ref.Filename)
+			str(f.Source.Ref.Subfolder)
+			str(cmp.Or(f.Source.Ref.Type, "output"))
+		}
+	}
+	num(len(outputs))
+	for _, o := range outputs {
+		str(o.Name)
+		str(string(o.Type))
+		str(o.Node)
+		str(o.Key)
+	}
+	k := sha256.Sum256(b.Bytes())
+	return hex.EncodeToString(k[:]), nil
+}
+
+// memo returns the memoised outputs under key. A Store or decoding error
+// is logged and counts as a miss.
+func (w *wfRunner) memo(ctx context.Context, log *slog.Logger, key string) (map[string]any, bool) {
+	raw, ok, err := w.d.Store.Memo(ctx, key)
+	if err != nil {
+		log.WarnContext(ctx, "memo lookup failed; running the node", "memo_key", key, "err", err)
+		return nil, false
+	}
+	if !ok {
+		return nil, false
+	}
+	out, err := decodeValues(raw)
+	if err != nil {
+		log.WarnContext(ctx, "memoised outputs do not decode; running the node", "memo_key", key, "err", err)
+		return nil, false
+	}
+	return out, true
+}
+
+// saveMemo saves the outputs of a completed run under key; an error is
+// logged.
+func (w *wfRunner) saveMemo(ctx context.Context, log *slog.Logger, key string, out map[string]any) {
+	raw, err := encodeValues(out)
+	if err == nil {
+		err = w.d.Store.SaveMemo(ctx, key, raw)
+	}
+	if err != nil {
+		log.WarnContext(ctx, "memo save failed", "memo_key", key, "err", err)
+	}
+}
+
+// outputsOf returns the output port values of a completed job: "images",
+// "image" (when there is one), "outputs" and the declared ports.
+func outputsOf(res *pool.Result, ports []OutputPort) (map[string]any, error) {
+	files := res.OutputFiles()
+	images := make([]any, 0, len(files))
+	byNode := map[string][]any{}
+	for _, f := range files {
+		v := File{Name: f.Ref.Filename, Backend: f.Backend, Ref: f.Ref, Data: f.Data, ContentType: f.ContentType}
+		images = append(images, v)
+		byNode[f.Node] = append(byNode[f.Node], v)
+	}
+	out := map[string]any{"images": images}
+	if len(images) > 0 {
+		out["image"] = images[0]
+	}
+	ui := make(map[string]any, len(res.Outputs))
+	for id, o := range res.Outputs {
+		m := make(map[string]any, len(o))
+		for k, raw := range o {
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.UseNumber()
+			var v any
+			if err := d.Decode(&v); err != nil {
+				return nil, fmt.Errorf("dag: output of workflow node %q: %q: %w", id, k, err)
+			}
+			nv, err := normalizeValue(v, TypeAny)
+			if err != nil {
+				return nil, fmt.Errorf("dag: output of workflow node %q: %q: %w", id, k, err)
+			}
+			m[k] = nv
+		}
+		ui[id] = m
+	}
+	out["outputs"] = ui
+	for _, p := range ports {
+		v, err := portValue(p, byNode[p.Node], ui[p.Node])
+		if err != nil {
+			return nil, fmt.Errorf("dag: output port %q (workflow node %q): %w", p.Name, p.Node, err)
+		}
+		out[p.Name] = v
+	}
+	return out, nil
+}
+
+// portValue is the value of declared output port p, from the files and
+// the decoded UI output of its workflow node.
+func portValue(p OutputPort, files []any, ui any) (any, error) {
+	switch p.Type {
+	case TypeImage:
+		if len(files) == 0 {
+			return nil, errors.New("the node output no file")
+		}
+		return files[0], nil
+	case ListOf(TypeImage):
+		if len(files) == 0 {
+			return nil, errors.New("the node output no file")
+		}
+		return files, nil
+	}
+	m, _ := ui.(map[string]any)
+	if m == nil {
+		return nil, errors.New("the node has no output")
+	}
+	v, ok := m[p.Key]
+	if !ok {
+		return nil, fmt.Errorf("the node's output has no %q", p.Key)
+	}
+	if l, isList := v.([]any); isList && p.Type != TypeAny {
+		if _, wantList := p.Type.Elem(); !wantList {
+			if len(l) == 0 {
+				return nil, fmt.Errorf("the node's %q is an empty list", p.Key)
+			}
+			v = l[0]
+		}
+	}
+	nv, err := normalizeValue(v, p.Type)
+	if err != nil {
+		return nil, fmt.Errorf("the node's %q: %w", p.Key, err)
+	}
+	return nv, nil
+}
+
+// nopReporter reports nothing.
+type nopReporter struct{}
+
+func (nopReporter) nodeQueued(string, string)          {}
+func (nopReporter) nodeRunning(string, string, string) {}
+func (nopReporter) nodeProgress(string, int, int)      {}
