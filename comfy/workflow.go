@@ -2,6 +2,7 @@ package comfy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -328,4 +329,21 @@ func truncBytes(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// CompareNodeIDs orders node ids (or other names) for display and
+// output: numeric ids numerically ("2" before "10"), before the others,
+// which are in string order. It suits slices.SortFunc.
+func CompareNodeIDs(a, b string) int {
+	x, errA := strconv.Atoi(a)
+	y, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
 }

@@ -2,6 +2,7 @@ package comfy_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -116,4 +117,10 @@ func TestAsLink(t *testing.T) {
 		assert.Equal(t, tt.ok, ok, "%#v", tt.v)
 		assert.Equal(t, tt.want, got, "%#v", tt.v)
 	}
+}
+
+func TestCompareNodeIDs(t *testing.T) {
+	ids := []string{"b", "10", "a", "2", "10:3", "1"}
+	slices.SortFunc(ids, comfy.CompareNodeIDs)
+	assert.Equal(t, []string{"1", "2", "10", "10:3", "a", "b"}, ids)
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/comfypool/comfypool/comfy"
 )
 
 // Cancellation causes. Each matches ErrCancelled.
@@ -868,28 +870,12 @@ func (x *Execution) value(e pedge) any { return x.infos[e.from].Outputs[e.fromPo
 // sortedValues returns the values of the live edges in port-name order
 // (numeric names numerically, first), then edge order.
 func (x *Execution) sortedValues(live []pedge) []any {
-	slices.SortStableFunc(live, func(a, b pedge) int { return comparePorts(a.toPort, b.toPort) })
+	slices.SortStableFunc(live, func(a, b pedge) int { return comfy.CompareNodeIDs(a.toPort, b.toPort) })
 	vs := make([]any, len(live))
 	for k, e := range live {
 		vs[k] = x.value(e)
 	}
 	return vs
-}
-
-// comparePorts orders numeric port names numerically, before the others,
-// which are in string order.
-func comparePorts(a, b string) int {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	switch {
-	case errA == nil && errB == nil:
-		return cmp.Compare(x, y)
-	case errA == nil:
-		return -1
-	case errB == nil:
-		return 1
-	}
-	return cmp.Compare(a, b)
 }
 
 // fanout computes a FANOUT node's outputs.

@@ -2,13 +2,11 @@ package pool
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 
 	"github.com/comfypool/comfypool/comfy"
 )
@@ -98,7 +96,7 @@ func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputF
 	for id := range cres.Outputs {
 		nodes = append(nodes, id)
 	}
-	slices.SortFunc(nodes, compareNodeIDs)
+	slices.SortFunc(nodes, comfy.CompareNodeIDs)
 	var out []OutputFile
 	for _, n := range nodes {
 		for _, ref := range cres.Outputs[n].Files() {
@@ -110,21 +108,6 @@ func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputF
 		}
 	}
 	return out
-}
-
-// compareNodeIDs orders numeric ids numerically, before other ids.
-func compareNodeIDs(a, b string) int {
-	x, errA := strconv.Atoi(a)
-	y, errB := strconv.Atoi(b)
-	switch {
-	case errA == nil && errB == nil:
-		return cmp.Compare(x, y)
-	case errA == nil:
-		return -1
-	case errB == nil:
-		return 1
-	}
-	return cmp.Compare(a, b)
 }
 
 // fetchOutputs downloads the output files of a job run with
