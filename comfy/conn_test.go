@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
 )
 
 // TestMain fails the package when a loopback test leaves a goroutine of a
@@ -329,4 +330,29 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func TestLastQueueRemainingFollowsStatusMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, nil)
+		c := runClient(t, srv, nil)
+		_, ok := c.LastQueueRemaining()
+		assert.False(t, ok, "no status message yet")
+		require.NoError(t, c.Connect(t.Context()))
+		synctest.Wait() // the status message sent on connect is read
+		n, ok := c.LastQueueRemaining()
+		require.True(t, ok)
+		assert.Zero(t, n)
+
+		srv.HangPrompts(true)
+		wf, err := comfy.ParseWorkflow(comfytest.WorkflowOK)
+		require.NoError(t, err)
+		for range 3 {
+			_, err := c.Submit(t.Context(), wf, nil)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		n, _ = c.LastQueueRemaining()
+		assert.Equal(t, 3, n, "one running, two pending")
+	})
 }

@@ -44,6 +44,8 @@ type session struct {
 	current  string    // prompt id this connection last saw executing
 	lastRecv time.Time // last message received on the current connection
 	lastErr  error     // last dial error, redacted
+	queue    int       // queue_remaining of the last status message
+	queueOK  bool      // a status message was received
 	prompts  map[string]*Prompt
 	pending  []pendingMsg // messages for prompt ids not (yet) registered, oldest first
 }
@@ -176,6 +178,17 @@ func (c *Client) State() State {
 	return c.sess.state
 }
 
+// LastQueueRemaining reports the server's queue_remaining (prompts pending or
+// running, from every client of the server) as of the last status message
+// the WebSocket received — the server sends one on connect and whenever
+// its queue changes — without a request. ok is false before the first.
+// Client.QueueRemaining(ctx) asks the server instead.
+func (c *Client) LastQueueRemaining() (n int, ok bool) {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	return c.sess.queue, c.sess.queueOK
+}
+
 // StateChanged returns a channel that is closed at the next state change.
 // Every caller gets the same channel until the change, so any number of
 // watchers can wait on it without callbacks and without missing a change:
@@ -198,7 +211,10 @@ func (s *session) route(m Message) {
 	s.lastRecv = time.Now()
 	id := m.PromptOf()
 	switch m := m.(type) {
-	case *Status, *FeatureFlags, *Unknown:
+	case *Status:
+		s.queue, s.queueOK = m.QueueRemaining, true
+		return // not about one prompt
+	case *FeatureFlags, *Unknown:
 		return // not about one prompt
 	case *ExecutionStart:
 		s.current = id

@@ -264,7 +264,7 @@ const (
 	// FallbackAsk calls Config.AskBackend, which picks a backend or declines.
 	FallbackAsk Fallback = "ask"
 	// FallbackAuto picks among the eligible backends: the shortest queue
-	// first, then the most free VRAM.
+	// first (BackendInfo.Queue), then the most free VRAM.
 	FallbackAuto Fallback = "auto"
 )
 

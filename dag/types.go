@@ -90,7 +90,8 @@ type BackendRequest struct {
 // BackendInfo describes a candidate backend.
 type BackendInfo struct {
 	Name string
-	// Queue is the number of jobs the Runner has on the backend.
+	// Queue is the backend's queue: the larger of the jobs the Runner
+	// has on it and the server's own queue (pool.BackendStats).
 	Queue int
 	// VRAMFree is its free VRAM in bytes (0 when unknown).
 	VRAMFree int64

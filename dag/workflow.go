@@ -510,8 +510,9 @@ func unavailableReason(all []pool.BackendStats, name string, caps, failed []stri
 	return "missing capabilities " + strings.Join(missing, ",")
 }
 
-// rank orders the available backends as FallbackAuto chooses: fewest jobs
-// in flight, then most free VRAM, then name. Free VRAM is fetched
+// rank orders the available backends as FallbackAuto chooses: shortest
+// queue (the larger of the jobs the Runner has there and the server's own
+// queue, which other clients fill too), then most free VRAM, then name. Free VRAM is fetched
 // concurrently, each call bounded by vramTimeout (an error counts as 0):
 // with all, for every backend; else only for the backends tied for the
 // fewest jobs, the only ones whose order decides the choice.
@@ -519,9 +520,13 @@ func (w *wfRunner) rank(ctx context.Context, avail []pool.BackendStats, all bool
 	out := make([]BackendInfo, len(avail))
 	minQ := 0
 	for i, b := range avail {
-		out[i] = BackendInfo{Name: b.Name, Queue: b.InFlight, Tags: slices.Clone(b.Tags)}
-		if i == 0 || b.InFlight < minQ {
-			minQ = b.InFlight
+		// The server's own queue counts our jobs there and everyone
+		// else's; InFlight counts ours at once, before the server's next
+		// status message.
+		q := max(b.InFlight, b.ServerQueue)
+		out[i] = BackendInfo{Name: b.Name, Queue: q, Tags: slices.Clone(b.Tags)}
+		if i == 0 || q < minQ {
+			minQ = q
 		}
 	}
 	tied := 0

@@ -544,6 +544,33 @@ func TestWorkflowFallbackAuto(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "gpu-1", r.backend)
 
+		// Another client of gpu-1's server (not the pool) queued two
+		// prompts there: its queue is the longest now.
+		other, err := comfy.NewClient(b.servers[1].URL, &comfy.ClientOptions{HTTPClient: b.servers[1].Client(), Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		defer other.Close(context.Background())
+		b.servers[1].HangPrompts(true)
+		var theirs []*comfy.Prompt
+		for i := range 2 {
+			wf := wftParse(t, wftGenWF)
+			require.NoError(t, wf.SetInput("1", "color", 1000+i)) // not cached: it runs (and hangs)
+			p, err := other.Submit(t.Context(), wf, nil)
+			require.NoError(t, err)
+			theirs = append(theirs, p)
+		}
+		synctest.Wait() // the pool's client read the server's status message
+		// Bounded: on gpu-1 it would hang behind the other client's prompts.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		r, err = w.run(ctx, wftNode("x12", &WorkflowConfig{Workflow: wftParse(t, wftGenWF), Fallback: FallbackAuto}), nil, 0)
+		cancel()
+		require.NoError(t, err)
+		assert.Equal(t, "gpu-2", r.backend, "gpu-1's server queue counts, not only the pool's own jobs")
+		b.servers[1].HangPrompts(false)
+		for _, p := range theirs {
+			_, err := p.Wait(t.Context())
+			require.NoError(t, err)
+		}
+
 		b.servers[0].HangPrompts(false)
 		_, err = b.pool.Wait(t.Context(), busy)
 		require.NoError(t, err)

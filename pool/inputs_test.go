@@ -212,5 +212,28 @@ func TestSystemStatsAndBackendTags(t *testing.T) {
 		require.Len(t, stats.Backends, 2)
 		assert.Empty(t, stats.Backends[0].Tags)
 		assert.Equal(t, []string{"sdxl"}, stats.Backends[1].Tags)
+		assert.Zero(t, stats.Backends[0].ServerQueue)
+
+		// Another client of gpu-0's server queues two prompts there.
+		other, err := comfy.NewClient(b.servers[0].URL, &comfy.ClientOptions{HTTPClient: b.servers[0].Client(), Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		defer other.Close(t.Context())
+		b.servers[0].HangPrompts(true)
+		var theirs []*comfy.Prompt
+		for i := range 2 {
+			wf := mustWF(t, []byte(fmt.Sprintf(`{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":%d}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`, i)))
+			p, err := other.Submit(t.Context(), wf, nil)
+			require.NoError(t, err)
+			theirs = append(theirs, p)
+		}
+		synctest.Wait()
+		stats = b.pool.Stats(t.Context())
+		assert.Equal(t, 2, stats.Backends[0].ServerQueue, "the server's status messages reach the pool's client")
+		assert.Zero(t, stats.Backends[0].InFlight)
+		b.servers[0].HangPrompts(false)
+		for _, p := range theirs {
+			_, err := p.Wait(t.Context())
+			require.NoError(t, err)
+		}
 	})
 }

@@ -333,6 +333,9 @@ type BackendStats struct {
 	// and not seen end; MaxInFlight is its BackendConfig.MaxInFlight.
 	InFlight    int
 	MaxInFlight int
+	// ServerQueue is the server's own queue (prompts pending or running,
+	// from every client) as of its last status message; 0 before one.
+	ServerQueue int
 	// Tags are its BackendConfig.Tags.
 	Tags []string
 	// Draining is set while DrainBackend waits for it: it takes no job.
@@ -356,12 +359,14 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 	backends := p.list()
 	// Client state is read outside p.mu: the client has locks of its own.
 	states := make([]comfy.State, len(backends))
+	queues := make([]int, len(backends))
 	for i, b := range backends {
 		states[i] = b.client.State()
+		queues[i], _ = b.client.LastQueueRemaining()
 	}
 	p.mu.Lock()
 	for i, b := range backends {
-		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight,
+		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
 	}
 	for _, j := range p.jobs {
