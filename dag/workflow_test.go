@@ -550,6 +550,7 @@ func TestWorkflowFallbackAuto(t *testing.T) {
 		require.NoError(t, err)
 		defer other.Close(context.Background())
 		b.servers[1].HangPrompts(true)
+		defer b.servers[1].HangPrompts(false) // also when an assertion fails: Stop waits for the prompts
 		var theirs []*comfy.Prompt
 		for i := range 2 {
 			wf := wftParse(t, wftGenWF)
