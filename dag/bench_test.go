@@ -94,3 +94,67 @@ func BenchmarkSchedule10k(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(g.Nodes)), "ns/node")
 }
+
+// nopStore keeps nothing: it isolates the scheduler from checkpointing.
+type nopStore struct{}
+
+func (nopStore) CreateExecution(context.Context, *ExecutionRecord) error     { return nil }
+func (nopStore) UpdateExecution(context.Context, *ExecutionRecord) error     { return nil }
+func (nopStore) SaveNode(context.Context, string, *NodeRecord) error         { return nil }
+func (nopStore) Load(context.Context, string) (*Checkpoint, error)           { return nil, ErrNotFound }
+func (nopStore) Delete(context.Context, string) error                        { return nil }
+func (nopStore) SaveMemo(context.Context, string, json.RawMessage) error     { return nil }
+func (nopStore) Memo(context.Context, string) (json.RawMessage, bool, error) { return nil, false, nil }
+
+// benchRun runs g with inputs on an instant Runner over store, once per
+// iteration, and reports ns/node.
+func benchRun(b *testing.B, g *Graph, store Store, wantOutputs int) {
+	ex, err := New(&Config{Runner: &instantRunner{}, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close(context.Background())
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := ex.Run(ctx, g, map[string]any{"s": "x"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Outputs) != wantOutputs {
+			b.Fatalf("%d outputs", len(res.Outputs))
+		}
+		_ = store.Delete(ctx, res.Execution)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(g.Nodes)), "ns/node")
+}
+
+// BenchmarkSchedule10kNoCheckpoint is BenchmarkSchedule10k without
+// checkpoints: what the Store costs is the difference.
+func BenchmarkSchedule10kNoCheckpoint(b *testing.B) {
+	benchRun(b, layeredGraph(100, 100), nopStore{}, 100)
+}
+
+// controlChain returns INPUT -> n single-port FANOUT nodes in a chain ->
+// OUTPUT: no WORKFLOW node, so only the scheduler itself runs.
+func controlChain(n int) *Graph {
+	g := &Graph{Nodes: []Node{exInput("in", exStr("s"))}}
+	prev := "in.s"
+	for i := range n {
+		id := "f" + strconv.Itoa(i)
+		g.Nodes = append(g.Nodes, Node{ID: id, Config: &FanoutConfig{Count: 1}})
+		g.Edges = append(g.Edges, Connect(prev, id+".in"))
+		prev = id + ".0"
+	}
+	g.Nodes = append(g.Nodes, exOutput("out"))
+	g.Edges = append(g.Edges, Connect(prev, "out.r"))
+	return g
+}
+
+// BenchmarkScheduleControl10k runs 10,000 control nodes: the scheduler's
+// own cost per node (readiness, states, events, progress), without and
+// with a MemoryStore.
+func BenchmarkScheduleControl10k(b *testing.B) {
+	g := controlChain(10_000)
+	b.Run("store=none", func(b *testing.B) { benchRun(b, g, nopStore{}, 1) })
+	b.Run("store=memory", func(b *testing.B) { benchRun(b, g, NewMemoryStore(), 1) })
+}
