@@ -205,13 +205,17 @@ type File struct {
 // inputs, keyed by field name). Field names are unique across all INPUT
 // nodes of a graph.
 type InputConfig struct {
+	// Fields are the node's output ports and the execution's inputs.
 	Fields []Field `json:"fields"`
 }
 
 // Field is one named, typed execution input.
 type Field struct {
+	// Name is the input's name and the port's.
 	Name string `json:"name"`
-	Type Type   `json:"type"`
+	// Type is the value's type; given values are converted to it (an int
+	// for a float field, say) or rejected.
+	Type Type `json:"type"`
 	// Default is used when the execution gives no value. A field with no
 	// default is required.
 	Default any `json:"default,omitempty"`
@@ -271,8 +275,13 @@ const (
 // Param is a WORKFLOW node's input port: a typed name for one input of
 // one node of the workflow.
 type Param struct {
-	Name  string `json:"name"`
-	Type  Type   `json:"type"`
+	// Name is the input port's name.
+	Name string `json:"name"`
+	// Type is the port's type; an image param uploads the File (or a
+	// one-File list) and sets the input to its name on the backend.
+	Type Type `json:"type"`
+	// Node and Input name the workflow node and the input patched: the
+	// input must exist and hold a literal (not a link) of a fitting type.
 	Node  string `json:"node"`
 	Input string `json:"input"`
 }
@@ -282,10 +291,14 @@ type Param struct {
 // all its files; another type, the value under Key (the first element
 // when the value is a list and Type is not a list).
 type OutputPort struct {
+	// Name is the output port's name (not "images", "image" or "outputs").
 	Name string `json:"name"`
-	Type Type   `json:"type"`
+	// Type is the port's type (see above).
+	Type Type `json:"type"`
+	// Node is the workflow's output node the value comes from.
 	Node string `json:"node"`
-	Key  string `json:"key,omitempty"`
+	// Key is the UI output key read for non-image types ("text", say).
+	Key string `json:"key,omitempty"`
 }
 
 // ConditionConfig configures a CONDITION node. Its one input port "in"
@@ -298,6 +311,7 @@ type OutputPort struct {
 // built-ins exists("path.to.field"), count(list) and len(x). It has no
 // side effects and its cost is bounded.
 type ConditionConfig struct {
+	// Expr is the expression; it must evaluate to a bool.
 	Expr string `json:"expr"`
 }
 
