@@ -44,12 +44,14 @@
 //     earlier identical run.
 //   - CONDITION ([ConditionConfig]): an expression over the incoming value
 //     passes it to the "true" or the "false" port; the nodes behind the
-//     port not taken are skipped, not failed.
+//     port not taken are skipped, not failed. It is the only node that
+//     leaves a port without a value.
 //   - FANOUT ([FanoutConfig]): one value to Count ports, as is
 //     (broadcast) or as contiguous chunks of a list (distribute).
 //   - MERGE ([MergeConfig]): several values into one list (collect), or
 //     images and image lists into one image list (concat_images), in
-//     port-name order; inputs from skipped nodes are left out.
+//     port-name order; inputs from skipped nodes (and CONDITION ports not
+//     taken) are left out.
 //   - OUTPUT ([OutputConfig]): each input port becomes an entry of
 //     [Result].Outputs.
 //
@@ -76,11 +78,15 @@
 // once, with both values). Control nodes run at once inside the
 // execution's scheduler; WORKFLOW nodes are submitted to the Runner, at
 // most Parallelism at a time ([Config], [RunOpts]), independent branches
-// in parallel. An edge whose source was skipped, or whose port has no
-// value (a CONDITION's port not taken, say), skips a WORKFLOW, CONDITION
-// or FANOUT node; a MERGE or OUTPUT node runs with its other inputs and is
-// skipped only when it has none. An edge whose source failed or was
-// cancelled cancels the node.
+// in parallel. An edge whose source was skipped, or that comes from a
+// CONDITION's port not taken, skips a WORKFLOW, CONDITION or FANOUT node;
+// a MERGE or OUTPUT node runs with its other inputs and is skipped only
+// when it has none. An edge whose source failed or was cancelled cancels
+// the node. An edge from a port that any other completed node left
+// without a value fails the node: a WORKFLOW node's "image" port, say,
+// when its job output no file ("port image of node "gen" has no value:
+// the workflow produced no file"), rather than silently skipping what
+// depends on it.
 //
 // Node states ([NodeState]) go pending → queued → running → completed,
 // failed, skipped or cancelled; control nodes go from pending to a
@@ -110,13 +116,27 @@
 // cancellation: the WORKFLOW nodes that completed keep their outputs and
 // submit nothing; the others run again (control nodes are evaluated
 // again, which is cheap and deterministic). Jobs are idempotent by
-// execution, node and run number (pool.EnqueueOpts.IdempotencyKey).
+// execution (its ID and creation time), node and run number
+// (pool.EnqueueOpts.IdempotencyKey): a node that was waiting for its job
+// when the process stopped asks for the same job again, and the pool,
+// which remembers keys for a while, reattaches it to that job instead of
+// running it twice. Resume an execution in one process at a time: the
+// Store does not lock it, and two processes resuming it from a shared
+// Store would both run it.
 //
 // [MemoryStore] (the default) keeps checkpoints in memory; [FileStore]
 // ([NewFileStore]) writes them as files, crash-safely, so that executions
 // survive a restart of the process. Another Store (a database, say)
 // implements the same small interface and checks itself with the
 // conformance suite of package dag/storetest.
+//
+// No Store forgets anything by itself: every execution's checkpoint and
+// node outputs (images included) stay until [Store].Delete removes the
+// execution, and memoised results stay for good. The default
+// MemoryStore, which the Executor keeps to itself, therefore grows with
+// every execution for as long as the Executor lives: a long-running
+// service passes its own Store in [Config] and deletes the executions it
+// will not resume.
 //
 // # Memoisation
 //

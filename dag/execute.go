@@ -58,6 +58,12 @@ type Executor struct {
 // the Executor; a Store given in cfg is never closed by it); zero
 // Parallelism means DefaultParallelism; nil Logger means slog.Default().
 // The errors name the field at fault.
+//
+// No Store forgets an execution by itself: the default MemoryStore keeps
+// the checkpoint of every execution (graph, inputs, every node's outputs,
+// images included) for as long as the Executor lives. A long-lived
+// process should pass its own Store and call Store.Delete for the
+// executions it no longer needs to Resume.
 func New(cfg *Config) (*Executor, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: Config is required", ErrInvalid)
@@ -91,7 +97,8 @@ func New(cfg *Config) (*Executor, error) {
 // cancelled, which interrupts their jobs on the backends; the executions
 // end with StatusCancelled, their checkpoints ready for Resume) and waits
 // until they ended, or until ctx ends (then it returns ctx.Err() and may
-// be called again). After Close, Start, Run and Resume return ErrClosed.
+// be called again; a running node waits for Runner.Cancel of its job for
+// up to one minute). After Close, Start, Run and Resume return ErrClosed.
 func (ex *Executor) Close(ctx context.Context) error {
 	ex.mu.Lock()
 	if !ex.closed {
@@ -141,7 +148,12 @@ func (ex *Executor) release(id string) {
 
 // Run is Start followed by Wait. When ctx ends first, the execution is
 // cancelled and Run returns its Result with an error matching
-// ErrCancelled and ctx's cause.
+// ErrCancelled and ctx's cause, once the cancellation is over: each
+// running WORKFLOW node then cancels its job through Runner.Cancel
+// (pool.Pool.Cancel interrupts the prompt and waits until it stopped),
+// and a Runner.Cancel that hangs delays Run by up to one minute. For a
+// strict bound, use Start, then Wait with ctx and Execution.Cancel with a
+// context of its own.
 func (ex *Executor) Run(ctx context.Context, g *Graph, inputs map[string]any, opts *RunOpts) (*Result, error) {
 	x, err := ex.Start(ctx, g, inputs, opts)
 	if err != nil {
@@ -215,12 +227,26 @@ func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, 
 // (ErrNotFound when there is none), after a crash or on another
 // Executor sharing the Store: every WORKFLOW node whose record says
 // completed keeps its outputs (no new job); every other node runs again
-// (control nodes are re-evaluated). A failed or cancelled execution can
-// be resumed too. Resuming a completed execution returns one that is
-// already done, with its Result. opts.ID is ignored; OnFailure comes from
-// the checkpoint unless opts sets it. ErrExists when the execution runs in
-// this Executor; ErrClosed after Close. Like Start, Resume returns once
-// the execution runs in the background.
+// (control nodes are re-evaluated). A node the checkpoint has queued or
+// running (a crash) submits its job again under the same idempotency key,
+// so that a Runner still holding that job returns it and the node
+// reattaches to it rather than running twice; a node that failed or was
+// cancelled gets a new job. A failed or cancelled execution can be
+// resumed too. opts.ID is ignored; OnFailure comes from the checkpoint
+// unless opts sets it. ErrExists when the execution runs in this
+// Executor; ErrClosed after Close. Like Start, Resume returns once the
+// execution runs in the background.
+//
+// Resuming a completed execution submits nothing: without opts.OnEvent it
+// returns an execution already done, with its Result; with OnEvent, the
+// stored node states and then the terminal EventExecutionState (no
+// "running" one) are delivered to OnEvent before Done closes.
+//
+// Only this Executor's own executions are known to be running: two
+// processes (or two Executors) sharing a Store, a FileStore directory
+// say, can both Resume the same execution, which then runs twice, each
+// overwriting the other's checkpoints. Resume an execution in one place
+// at a time; the Store does not lock it.
 func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Execution, error) {
 	o, err := runOpts(opts)
 	if err != nil {
@@ -257,6 +283,25 @@ func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Exec
 	x.rec.OnFailure = policy
 	if cp.Execution.Status == StatusCompleted {
 		x.restoreDone(cp)
+		if x.onEvent == nil {
+			x.finishDone()
+			return x, nil
+		}
+		// Replay its end to OnEvent from a goroutine of its own, as for
+		// a running execution (OnEvent may wait for the caller).
+		if err := ex.reserve(id, x); err != nil {
+			return nil, err
+		}
+		ex.wg.Go(func() {
+			for _, i := range x.p.order {
+				if x.infos[i].State != NodePending {
+					x.emitNode(i)
+				}
+			}
+			x.emit(Event{Kind: EventExecutionState, Status: StatusCompleted})
+			ex.release(id)
+			x.finishDone()
+		})
 		return x, nil
 	}
 	x.restore(cp)
@@ -377,7 +422,14 @@ type nodeRT struct {
 	waiting  int  // distinct parents not terminal yet
 	queued   bool // in ready or waitWF
 	inflight bool
-	prevRuns int // jobs submitted before a resume
+	// A resumed node's run numbers start after prevRuns (the run number
+	// of its idempotency key: pool.EnqueueOpts.IdempotencyKey). runsBefore
+	// counts the jobs its record says it submitted before the resume, and
+	// resumeJob is the job it waited for when the checkpoint was written
+	// (see restore).
+	prevRuns   int
+	runsBefore int
+	resumeJob  string
 }
 
 func (ex *Executor) newExecution(id string, p *plan, in map[string]any, o *RunOpts, policy FailurePolicy) *Execution {
@@ -406,13 +458,25 @@ func (ex *Executor) newExecution(id string, p *plan, in map[string]any, o *RunOp
 
 // restore takes the completed WORKFLOW nodes of a checkpoint as they are
 // and notes how many jobs the others submitted.
+//
+// A node checkpointed queued or running was waiting for its job when the
+// process stopped (a crash: a clean stop records it cancelled). It runs
+// again under the same run number, so its first job has the same
+// idempotency key as the job it waited for: a Runner that still has that
+// job (the pool keeps keys for an hour) returns it, and the node
+// reattaches to it instead of running twice. A failed or cancelled node
+// runs under the next run number: a new job.
 func (x *Execution) restore(cp *Checkpoint) {
 	for _, rec := range cp.Nodes {
 		i, ok := x.p.byID[rec.Node]
 		if !ok || x.p.nodes[i].kind != KindWorkflow {
 			continue
 		}
-		x.rt[i].prevRuns = rec.Runs
+		rt := &x.rt[i]
+		rt.prevRuns, rt.runsBefore = rec.Runs, rec.Runs
+		if (rec.State == NodeQueued || rec.State == NodeRunning) && rec.Runs > 0 {
+			rt.prevRuns, rt.resumeJob = rec.Runs-1, rec.JobID
+		}
 		if rec.State != NodeCompleted {
 			continue
 		}
@@ -427,8 +491,8 @@ func (x *Execution) restore(cp *Checkpoint) {
 	}
 }
 
-// restoreDone makes x the already finished execution of a completed
-// checkpoint.
+// restoreDone makes x the finished execution of a completed checkpoint;
+// finishDone then closes its done channel.
 func (x *Execution) restoreDone(cp *Checkpoint) {
 	for _, rec := range cp.Nodes {
 		i, ok := x.p.byID[rec.Node]
@@ -452,8 +516,10 @@ func (x *Execution) restoreDone(cp *Checkpoint) {
 	x.ctx, x.cancel = context.WithCancelCause(context.Background())
 	x.cancel(nil)
 	x.finishLocked()
-	close(x.done)
 }
+
+// finishDone ends the execution restoreDone restored.
+func (x *Execution) finishDone() { close(x.done) }
 
 func infoFromRecord(n *pnode, rec *NodeRecord, out map[string]any) NodeInfo {
 	info := NodeInfo{
@@ -500,10 +566,12 @@ func (x *Execution) Wait(ctx context.Context) (*Result, error) {
 // jobs interrupted on the backends), the others marked cancelled, and the
 // execution ends with StatusCancelled (StatusFailed if a FailFast failure
 // came first). It waits until the execution ended, or until ctx ends
-// (then it returns ctx.Err(); the cancellation goes on). Cancelling an
-// execution that ended does nothing. From RunOpts.OnEvent, which the
-// execution waits for, use a context that is already done: the
-// cancellation then takes effect after OnEvent returns.
+// (then it returns ctx.Err(); the cancellation goes on). Each running
+// node waits for Runner.Cancel of its job, for up to one minute: give ctx
+// a deadline to wait less. Cancelling an execution that ended does
+// nothing. From RunOpts.OnEvent, which the execution waits for, use a
+// context that is already done: the cancellation then takes effect after
+// OnEvent returns.
 func (x *Execution) Cancel(ctx context.Context) error {
 	x.cancel(ErrCancelled)
 	select {
@@ -598,11 +666,16 @@ type msg struct {
 	err            error
 }
 
-// mailbox is an unbounded queue of messages to the loop: posting never
-// blocks (reports may come from goroutines the loop waits for).
+// mailbox is a queue of messages to the loop: posting never blocks
+// (reports may come from goroutines the loop waits for). Progress reports
+// are coalesced: a progress report for a node whose last pending message
+// is a progress report replaces it, so that while the loop waits (for a
+// slow OnEvent, say) the queue holds at most one progress report per
+// node and per state change, however fast the jobs report progress.
 type mailbox struct {
 	mu     sync.Mutex
 	q      []msg
+	last   map[int]int // node -> index in q of its last pending message
 	closed bool
 	notify chan struct{} // 1-buffered: something was posted
 }
@@ -613,6 +686,15 @@ func (m *mailbox) post(v msg) {
 		m.mu.Unlock()
 		return
 	}
+	if m.last == nil {
+		m.last = make(map[int]int)
+	}
+	if k, ok := m.last[v.node]; ok && v.kind == msgProgress && m.q[k].kind == msgProgress {
+		m.q[k] = v // the loop was notified when m.q[k] was posted
+		m.mu.Unlock()
+		return
+	}
+	m.last[v.node] = len(m.q)
 	m.q = append(m.q, v)
 	m.mu.Unlock()
 	select {
@@ -628,13 +710,14 @@ func (m *mailbox) take(buf []msg) []msg {
 	q := m.q
 	clear(buf)
 	m.q = buf[:0]
+	clear(m.last)
 	return q
 }
 
 // close drops every later message.
 func (m *mailbox) close() {
 	m.mu.Lock()
-	m.closed, m.q = true, nil
+	m.closed, m.q, m.last = true, nil, nil
 	m.mu.Unlock()
 }
 
@@ -642,7 +725,7 @@ func (m *mailbox) close() {
 func (x *Execution) loop() {
 	x.wf = newWFRunner(wfDeps{
 		Runner: x.ex.cfg.Runner, Store: x.ex.cfg.Store, Ask: x.ex.cfg.AskBackend,
-		Log: x.log, Execution: x.id, Report: x,
+		Log: x.log, Execution: x.id, Token: jobToken(&x.rec), Report: x,
 	})
 	x.emit(Event{Kind: EventExecutionState, Status: StatusRunning})
 	n := len(x.p.nodes)
@@ -720,6 +803,19 @@ func (x *Execution) end() {
 	close(x.done)
 }
 
+// jobToken is the token of the execution's idempotency keys (wfDeps.Token):
+// its record's creation time, in nanoseconds, which Resume reloads (a Store
+// keeps it exactly: package storetest checks), so that a resumed execution
+// finds its jobs again while a new execution reusing the ID (after
+// Store.Delete, or on another Store) does not get the old jobs back. A record
+// without a creation time (written by hand) has no token.
+func jobToken(rec *ExecutionRecord) string {
+	if rec.Created.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(rec.Created.UnixNano(), 36)
+}
+
 func (x *Execution) storeCtx() context.Context { return context.WithoutCancel(x.ctx) }
 
 func (x *Execution) pushReady(i int) {
@@ -749,16 +845,23 @@ func (x *Execution) schedule() {
 	}
 }
 
-// edgeState classifies the in-edges of node i.
-func (x *Execution) edgeState(i int) (live []pedge, skipped bool, failed string) {
+// edgeState classifies the in-edges of node i: live edges carry a value;
+// skipped is set by an edge from a skipped node or from a CONDITION's port
+// not taken; failed names the first source that failed or was cancelled;
+// missing is the error of the first edge from a completed node other than
+// a CONDITION whose port has no value.
+func (x *Execution) edgeState(i int) (live []pedge, skipped bool, failed string, missing error) {
 	for _, e := range x.p.nodes[i].in {
 		src := &x.infos[e.from]
 		switch src.State {
 		case NodeCompleted:
-			if _, ok := src.Outputs[e.fromPort]; ok {
+			switch _, ok := src.Outputs[e.fromPort]; {
+			case ok:
 				live = append(live, e)
-			} else {
-				skipped = true
+			case src.Kind == KindCondition:
+				skipped = true // the branch not taken
+			case missing == nil:
+				missing = errNoValue(src, e.fromPort)
 			}
 		case NodeSkipped:
 			skipped = true
@@ -768,11 +871,32 @@ func (x *Execution) edgeState(i int) (live []pedge, skipped bool, failed string)
 			}
 		}
 	}
-	return live, skipped, failed
+	return live, skipped, failed, missing
+}
+
+// errNoValue is the error of a node whose input comes from port port of
+// src, which completed without a value there. Only a CONDITION leaves a
+// port without a value on purpose; any other node promised one (a
+// WORKFLOW node's "image" port has a value only when its job output a
+// file).
+func errNoValue(src *NodeInfo, port string) error {
+	why := "the node produced none"
+	if src.Kind == KindWorkflow {
+		why = "the workflow produced none"
+		if port == "image" {
+			why = "the workflow produced no file"
+		}
+	}
+	return fmt.Errorf("dag: port %s of node %q has no value: %s", port, src.Node, why)
 }
 
 // process handles node i, whose parents are all terminal.
 func (x *Execution) process(i int) {
+	if x.abort == abortNone && x.ctx.Err() != nil {
+		// Cancelled while the loop was busy (from OnEvent, say): node i,
+		// like every node not running, is cancelled, not run.
+		x.onCancel()
+	}
 	if x.infos[i].State.Terminal() {
 		return
 	}
@@ -781,10 +905,14 @@ func (x *Execution) process(i int) {
 		return
 	}
 	n := x.p.nodes[i]
-	live, skipped, failed := x.edgeState(i)
-	if failed != "" {
+	live, skipped, failed, missing := x.edgeState(i)
+	switch {
+	case failed != "":
 		st := x.infos[x.p.byID[failed]].State
 		x.finish(i, NodeCancelled, nil, fmt.Errorf("%w: upstream node %q %s", ErrCancelled, failed, st))
+		return
+	case missing != nil:
+		x.fail(i, missing)
 		return
 	}
 	switch n.kind {
@@ -815,6 +943,10 @@ func (x *Execution) process(i int) {
 		v := x.value(live[0])
 		ok, err := n.cond.eval(x.ctx, v)
 		if err != nil {
+			if x.ctx.Err() != nil {
+				x.onCancel() // cancelled during the evaluation: i is cancelled
+				return
+			}
 			x.fail(i, fmt.Errorf("dag: condition: %w", err))
 			return
 		}
@@ -858,7 +990,7 @@ func (x *Execution) errSkipped(i int) error {
 			return fmt.Errorf("dag: upstream node %q was skipped", src.Node)
 		case NodeCompleted:
 			if _, ok := src.Outputs[e.fromPort]; !ok {
-				return fmt.Errorf("dag: port %q of upstream node %q has no value", e.fromPort, src.Node)
+				return fmt.Errorf("dag: port %q of condition %q was not taken", e.fromPort, src.Node)
 			}
 		}
 	}
@@ -1006,7 +1138,7 @@ func (x *Execution) handle(m msg) {
 		x.mu.Lock()
 		inf.Backend = cmp.Or(r.backend, inf.Backend)
 		inf.JobID = cmp.Or(r.jobID, inf.JobID)
-		inf.Runs = max(r.runs, inf.Runs)
+		inf.Runs = max(r.runs, inf.Runs, x.rt[i].runsBefore)
 		inf.Memoized = r.memoized
 		x.mu.Unlock()
 		switch {
@@ -1028,14 +1160,31 @@ func (x *Execution) handle(m msg) {
 	}
 	switch m.kind {
 	case msgQueued:
-		x.mu.Lock()
-		if m.jobID != "" && m.jobID != inf.JobID {
-			inf.JobID = m.jobID
-			inf.Runs = max(inf.Runs, x.rt[i].prevRuns) + 1
+		changed := m.jobID != "" && m.jobID != inf.JobID
+		if changed {
+			rt := &x.rt[i]
+			runs := max(inf.Runs, rt.prevRuns) + 1
+			if rt.resumeJob != "" {
+				// The first job since the resume, under the run number
+				// of the job the checkpoint waited for: the same job (the
+				// Runner reattached) or a new one, which counts.
+				if m.jobID != rt.resumeJob {
+					runs++
+				}
+				rt.resumeJob = ""
+			}
+			x.mu.Lock()
+			inf.JobID, inf.Runs = m.jobID, runs
+			x.mu.Unlock()
 		}
-		x.mu.Unlock()
-		if rank(inf.State) < rank(NodeQueued) {
+		switch {
+		case rank(inf.State) < rank(NodeQueued):
 			x.transition(i, NodeQueued)
+		case changed:
+			// A retry's job: checkpoint and report it now, not only once
+			// it starts (the node stays running: states only go forward).
+			x.save(i)
+			x.emitNode(i)
 		}
 	case msgRunning:
 		changed := (m.backend != "" && m.backend != inf.Backend) || (m.jobID != "" && m.jobID != inf.JobID)

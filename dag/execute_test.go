@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -786,6 +787,16 @@ func TestResumeAfterCrash(t *testing.T) {
 	assert.Equal(t, []string{"B", "C"}, nodes)
 	assert.Equal(t, map[string]any{"c": "C(A(from before))", "b": "B(y)"}, res.Outputs)
 	assert.Equal(t, "gpu-9", res.Nodes["A"].Backend)
+	// B was running when the process stopped: it asks for its job again
+	// under the same run number, hence the same idempotency key, so that a
+	// pool still holding old-b reattaches to it (TestResumeReattaches-
+	// TheRunningJob). This fakeRunner ignores keys and runs a second job,
+	// which counts: 2 runs.
+	for _, j := range b.fr.Enqueued() {
+		if j.Node == "B" {
+			assert.Equal(t, idempotencyKey("crashed", "", "B", 1), j.Opts.IdempotencyKey, "B's run 1 again")
+		}
+	}
 	assert.Equal(t, 2, res.Nodes["B"].Runs)
 	cp, err := store.Load(ctx, "crashed")
 	require.NoError(t, err)
@@ -861,4 +872,345 @@ func TestOnEventPanicIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "D(B(A(x)),C(A(x)))", res.Outputs["result"])
 	assert.Greater(t, n, 6, "every event was still delivered")
+}
+
+// exIdemRunner is a fakeRunner that honours EnqueueOpts.IdempotencyKey as
+// *pool.Pool does: a key already used returns the job enqueued with it.
+type exIdemRunner struct {
+	*fakeRunner
+	mu   sync.Mutex
+	keys map[string]string // idempotency key -> job ID
+}
+
+func newExIdemRunner() *exIdemRunner {
+	return &exIdemRunner{fakeRunner: newFakeRunner(false), keys: map[string]string{}}
+}
+
+func (r *exIdemRunner) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if opts != nil && opts.IdempotencyKey != "" {
+		if id, ok := r.keys[opts.IdempotencyKey]; ok {
+			return id, nil
+		}
+	}
+	id, err := r.fakeRunner.Enqueue(ctx, wf, opts)
+	if err == nil && opts != nil && opts.IdempotencyKey != "" {
+		r.keys[opts.IdempotencyKey] = id
+	}
+	return id, err
+}
+
+// exChain is in.s -> A -> out.result.
+func exChain() *Graph {
+	return &Graph{
+		Nodes: []Node{exInput("in", exStr("s")), exWF("A", "a"), exOutput("out")},
+		Edges: []Edge{Connect("in.s", "A.a"), Connect("A.text", "out.result")},
+	}
+}
+
+// Only a CONDITION leaves a port without a value on purpose. A WORKFLOW
+// node whose job output no file has no "image": whatever consumes it
+// fails, rather than being skipped while the execution "completes".
+func TestMissingPortValueFailsTheConsumer(t *testing.T) {
+	t.Parallel()
+	gen := func() Node { return exWF("gen", "a") }
+	use := func() Node {
+		n := exWF("use")
+		cfg := n.Config.(*WorkflowConfig)
+		cfg.Workflow["1"].Inputs["img"] = ""
+		cfg.Params = []Param{{Name: "img", Type: TypeImage, Node: "1", Input: "img"}}
+		return n
+	}
+	for _, tc := range []struct {
+		name     string
+		consumer string
+		nodes    []Node
+		edges    []Edge
+	}{
+		{"workflow", "use", []Node{use()}, []Edge{Connect("gen.image", "use.img"), Connect("use.text", "out.result")}},
+		{"output", "out", nil, []Edge{Connect("gen.image", "out.img"), Connect("gen.text", "out.result")}},
+		{"merge", "M", []Node{{ID: "M", Config: &MergeConfig{}}}, []Edge{Connect("gen.image", "M.0"), Connect("gen.text", "M.1"), Connect("M.out", "out.all")}},
+		{"fanout", "F", []Node{{ID: "F", Config: &FanoutConfig{Count: 2}}}, []Edge{Connect("gen.image", "F.in"), Connect("F.0", "out.a"), Connect("F.1", "out.b")}},
+		{"condition", "C", []Node{{ID: "C", Config: &ConditionConfig{Expr: "true"}}}, []Edge{Connect("gen.image", "C.in"), Connect("C.true", "out.t")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := exSetup(t, exOpts{})
+			g := &Graph{
+				Nodes: append([]Node{exInput("in", exStr("s")), gen(), exOutput("out")}, tc.nodes...),
+				Edges: append([]Edge{Connect("in.s", "gen.a")}, tc.edges...),
+			}
+			require.NoError(t, g.Validate())
+			res, err := b.ex.Run(t.Context(), g, map[string]any{"s": "x"}, b.opts())
+			require.NotNil(t, res)
+			assert.Equal(t, NodeCompleted, res.Nodes["gen"].State, "the fake job output no file")
+			var ne *NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, tc.consumer, ne.Node)
+			assert.EqualError(t, ne.Err, `dag: port image of node "gen" has no value: the workflow produced no file`)
+			assert.Equal(t, StatusFailed, res.Status)
+			assert.Equal(t, NodeFailed, res.Nodes[tc.consumer].State)
+			assert.Equal(t, []string{"gen"}, b.fr.Nodes())
+		})
+	}
+}
+
+// A Cancel that lands while the loop handles control nodes (here from
+// OnEvent, as Cancel's doc allows with a done context) cancels the next
+// ones: a CONDITION is not failed with "context canceled", a FANOUT does
+// not run.
+func TestCancelDuringControlNodesIsACancellation(t *testing.T) {
+	t.Parallel()
+	fanout := &Graph{
+		Nodes: []Node{exInput("in", exStr("s")), {ID: "C", Config: &FanoutConfig{Count: 2}}, exWF("T", "a"), exOutput("out")},
+		Edges: []Edge{Connect("in.s", "C.in"), Connect("C.0", "T.a"), Connect("C.1", "out.b"), Connect("T.text", "out.a")},
+	}
+	for name, g := range map[string]*Graph{"condition": exConditionGraph(), "fanout": fanout} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := exSetup(t, exOpts{hold: true})
+			xs := make(chan *Execution, 1)
+			done, stop := context.WithCancel(context.Background())
+			stop()
+			b.ev.on = func(e Event) {
+				if e.Kind == EventNodeState && e.Node == "in" && e.State == NodeCompleted {
+					x := <-xs
+					assert.ErrorIs(t, x.Cancel(done), context.Canceled) // takes effect after OnEvent returns
+				}
+			}
+			x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "yes"}, b.opts())
+			require.NoError(t, err)
+			xs <- x
+			res, err := x.Wait(t.Context())
+			require.NotNil(t, res)
+			assert.ErrorIs(t, err, ErrCancelled)
+			var ne *NodeError
+			assert.NotErrorAs(t, err, &ne, "no node failed")
+			assert.Equal(t, StatusCancelled, res.Status)
+			assert.Equal(t, NodeCancelled, res.Nodes["C"].State, "C: %v", res.Nodes["C"].Err)
+			assert.ErrorIs(t, res.Nodes["C"].Err, ErrCancelled)
+			assert.Equal(t, []NodeState{NodeCancelled}, b.ev.states("C"))
+			assert.Empty(t, b.fr.Nodes(), "no job after the cancel")
+		})
+	}
+}
+
+// An execution ID used again (here by a second Executor with its own
+// Store, on the same Runner) gets new jobs, not the earlier execution's:
+// the idempotency keys include the record's creation time.
+func TestReusedExecutionIDGetsNewJobs(t *testing.T) {
+	t.Parallel()
+	r := newExIdemRunner()
+	run := func(s string) *Result {
+		ex, err := New(&Config{Runner: r, Logger: exLogger(t)}) // its own MemoryStore
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, ex.Close(context.Background())) }()
+		res, err := ex.Run(t.Context(), exChain(), map[string]any{"s": s}, &RunOpts{ID: "nightly"})
+		require.NoError(t, err)
+		return res
+	}
+	assert.Equal(t, "A(monday)", run("monday").Outputs["result"])
+	assert.Equal(t, "A(tuesday)", run("tuesday").Outputs["result"], "new inputs, old job")
+	assert.Equal(t, []string{"A", "A"}, r.Nodes())
+}
+
+// exCrashed stores the checkpoint a process that crashed while node A of
+// exChain ran leaves behind: the execution (created at created) running,
+// in completed, A running with the job that process submitted through r,
+// which is returned.
+func exCrashed(t *testing.T, store Store, r Runner, id string, created time.Time) string {
+	t.Helper()
+	ctx := t.Context()
+	g := exChain()
+	graph, err := json.Marshal(g)
+	require.NoError(t, err)
+	inputs, err := encodeValues(map[string]any{"s": "y"})
+	require.NoError(t, err)
+	rec := &ExecutionRecord{ID: id, Status: StatusRunning, Graph: graph, Inputs: inputs, Created: created, Updated: created}
+	require.NoError(t, store.CreateExecution(ctx, rec))
+	// What the crashed process did: run A's first job (the same code an
+	// execution runs), checkpoint it running (Runs 1), crash.
+	p, err := compile(g)
+	require.NoError(t, err)
+	w := newWFRunner(wfDeps{Runner: r, Execution: id, Token: jobToken(rec), Log: exLogger(t)})
+	defer w.close()
+	wr, err := w.run(ctx, p.nodes[p.byID["A"]], map[string]any{"a": "y"}, 0)
+	require.NoError(t, err)
+	require.NoError(t, store.SaveNode(ctx, id, &NodeRecord{Node: "in", State: NodeCompleted}))
+	require.NoError(t, store.SaveNode(ctx, id, &NodeRecord{Node: "A", State: NodeRunning, Backend: wr.backend, JobID: wr.jobID, Runs: 1}))
+	return wr.jobID
+}
+
+// A node the checkpoint has running (a crash) asks for its job again under
+// the same idempotency key: a Runner that still holds the job returns it,
+// and the node reattaches instead of running twice. The execution's token
+// (its creation time, reloaded from the Store) is part of the key.
+func TestResumeReattachesTheRunningJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		created time.Time
+	}{{"token", time.Now()}, {"no creation time", time.Time{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := NewMemoryStore()
+			r := newExIdemRunner()
+			old := exCrashed(t, store, r, "crashed", tc.created)
+
+			ex, err := New(&Config{Runner: r, Store: store, Logger: exLogger(t)})
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, ex.Close(context.Background())) }()
+			var ev exEvents
+			x, err := ex.Resume(t.Context(), "crashed", &RunOpts{OnEvent: ev.add})
+			require.NoError(t, err)
+			res, err := x.Wait(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, "A(y)", res.Outputs["result"])
+			assert.Equal(t, []string{"A"}, r.Nodes(), "A's job ran twice")
+			assert.Equal(t, old, res.Nodes["A"].JobID)
+			assert.Equal(t, 1, res.Nodes["A"].Runs, "one job")
+			cp, err := store.Load(t.Context(), "crashed")
+			require.NoError(t, err)
+			assert.Equal(t, old, cp.Nodes["A"].JobID)
+			assert.Equal(t, 1, cp.Nodes["A"].Runs)
+		})
+	}
+}
+
+// A slow OnEvent does not let progress reports pile up: the mailbox keeps
+// the last one per node, and that one is delivered.
+func TestProgressCoalescedWhileOnEventIsSlow(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := exSetup(t, exOpts{hold: true})
+		gate := make(chan struct{})
+		var once sync.Once
+		b.ev.on = func(e Event) {
+			if e.Kind == EventNodeProgress {
+				once.Do(func() { <-gate }) // a slow consumer, once
+			}
+		}
+		x, err := b.ex.Start(t.Context(), exChain(), map[string]any{"s": "x"}, b.opts())
+		require.NoError(t, err)
+		j := b.fr.next(t)
+		synctest.Wait()
+		j.progress(0, 2000)
+		synctest.Wait() // the loop is in OnEvent
+		for k := 1; k <= 2000; k++ {
+			j.progress(k, 2000)
+			if k%100 == 0 {
+				synctest.Wait() // the event goroutine drained the subscription
+			}
+		}
+		synctest.Wait()
+		x.mbox.mu.Lock()
+		queued := len(x.mbox.q)
+		x.mbox.mu.Unlock()
+		assert.Equal(t, 1, queued, "progress reports queued for one node")
+		close(gate)
+		synctest.Wait()
+		assert.Equal(t, [2]int{2000, 2000}, [2]int{x.Progress().Running[0].Value, x.Progress().Running[0].Max})
+		j.finish()
+		_, err = x.Wait(t.Context())
+		require.NoError(t, err)
+		var values []int
+		for _, e := range b.ev.all() {
+			if e.Kind == EventNodeProgress {
+				values = append(values, e.Value)
+			}
+		}
+		assert.Equal(t, []int{0, 2000}, values)
+	})
+}
+
+func TestMailboxCoalescesOnlyTheLastProgress(t *testing.T) {
+	t.Parallel()
+	m := mailbox{notify: make(chan struct{}, 1)}
+	m.post(msg{kind: msgProgress, node: 1, value: 1})
+	m.post(msg{kind: msgProgress, node: 2, value: 1})
+	m.post(msg{kind: msgProgress, node: 1, value: 2}) // replaces node 1's first
+	m.post(msg{kind: msgQueued, node: 1, jobID: "j2"})
+	m.post(msg{kind: msgProgress, node: 1, value: 3}) // after the queued report: kept
+	m.post(msg{kind: msgProgress, node: 1, value: 4}) // replaces 3
+	m.post(msg{kind: msgProgress, node: 2, value: 2}) // replaces node 2's first
+	got := m.take(nil)
+	type kv struct {
+		kind  msgKind
+		node  int
+		value int
+	}
+	var short []kv
+	for _, v := range got {
+		short = append(short, kv{v.kind, v.node, v.value})
+	}
+	assert.Equal(t, []kv{{msgProgress, 1, 2}, {msgProgress, 2, 2}, {msgQueued, 1, 0}, {msgProgress, 1, 4}}, short)
+	m.post(msg{kind: msgProgress, node: 1, value: 5}) // a new batch: not coalesced with a taken one
+	assert.Len(t, m.take(got), 1)
+	m.close()
+	m.post(msg{kind: msgProgress, node: 1, value: 6})
+	assert.Empty(t, m.take(nil))
+}
+
+// Resuming a completed execution with OnEvent replays its end: the node
+// states, then the terminal execution event, the last one, before Done.
+func TestResumeCompletedReplaysItsEnd(t *testing.T) {
+	t.Parallel()
+	b := exSetup(t, exOpts{})
+	first, err := b.ex.Run(t.Context(), exChain(), map[string]any{"s": "x"}, &RunOpts{ID: "done"})
+	require.NoError(t, err)
+	x, err := b.ex.Resume(t.Context(), "done", b.opts())
+	require.NoError(t, err)
+	res, err := x.Wait(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, first.Outputs, res.Outputs)
+	var got []string
+	for _, e := range b.ev.all() {
+		switch e.Kind {
+		case EventNodeState:
+			got = append(got, e.Node+":"+string(e.State))
+		case EventExecutionState:
+			got = append(got, "execution:"+string(e.Status))
+			assert.Equal(t, Progress{Done: 3, Total: 3}, e.Progress)
+		}
+	}
+	assert.Equal(t, []string{"in:completed", "A:completed", "out:completed", "execution:completed"}, got)
+	assert.Equal(t, []string{"A"}, b.fr.Nodes(), "no new job")
+
+	// Still running in this Executor until the replay ended: a second
+	// Resume then works.
+	x2, err := b.ex.Resume(t.Context(), "done", nil)
+	require.NoError(t, err)
+	<-x2.Done()
+}
+
+// A retry's job is checkpointed and reported as soon as it is queued,
+// with the node's run count, not only once it starts or ends.
+func TestRetryJobIsSavedWhenQueued(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := exSetup(t, exOpts{hold: true})
+		g := exChain()
+		g.Nodes[1].Config.(*WorkflowConfig).Retries = 1
+		x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "x"}, b.opts())
+		require.NoError(t, err)
+		j1 := b.fr.next(t)
+		synctest.Wait()
+		j1.fail(comfy.ErrPromptLost) // a backend fault: retried
+		j2 := b.fr.next(t)
+		synctest.Wait()
+		cp, err := b.store.Load(t.Context(), x.ID())
+		require.NoError(t, err)
+		assert.Equal(t, j2.ID, cp.Nodes["A"].JobID)
+		assert.Equal(t, 2, cp.Nodes["A"].Runs)
+		assert.Equal(t, j2.ID, x.Snapshot().Nodes["A"].JobID)
+		evs := b.ev.all()
+		assert.True(t, slices.ContainsFunc(evs, func(e Event) bool {
+			return e.Kind == EventNodeState && e.Node == "A" && e.JobID == j2.ID
+		}), "an event reports the retry's job")
+		j2.finish()
+		res, err := x.Wait(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, 2, res.Nodes["A"].Runs)
+	})
 }

@@ -226,8 +226,9 @@ type Field struct {
 //
 // Its output ports are the declared Outputs plus three built-in ones:
 // "images" ([]image: every output file, output nodes in id order),
-// "image" (image: the first of them) and "outputs" (any: the raw UI output
-// of every output node, by node id).
+// "image" (image: the first of them; no value when the job output no
+// file, and a node reading it then fails) and "outputs" (any: the raw UI
+// output of every output node, by node id).
 type WorkflowConfig struct {
 	// Workflow is the API-format workflow. Required.
 	Workflow comfy.Workflow `json:"workflow"`
@@ -247,8 +248,21 @@ type WorkflowConfig struct {
 	// Capabilities are backend tags the node requires (see
 	// pool.BackendConfig.Tags).
 	Capabilities []string `json:"capabilities,omitempty"`
-	// Retries is how many more times the node runs, each time on a
-	// backend it has not failed on, after its job failed. Zero: none.
+	// Retries is how many more times the node runs after its job failed
+	// in a way another backend may avoid: each retry is a new job, on a
+	// backend the node has not failed on. Retried: a failure the pool
+	// classified as the backend's fault and gave up on (the last
+	// pool.Attempt's Class is failover.ClassBackend), a failure
+	// comfy.IsRetryable reports (a server error, a lost connection or
+	// prompt, a node class or model missing on that server), and an
+	// out-of-memory execution error (comfy.ExecutionError.OutOfMemory: a
+	// GPU with more memory may do). Never retried: the workflow's own
+	// failure (a *comfy.PromptError that is not MissingOnServer, a node
+	// that raised), a completed job whose output lacks a declared Output,
+	// a bad input value, a panic (*PanicError), a cancellation. With a
+	// *pool.Pool the pool retries backend faults itself first
+	// (EnqueueOpts.MaxAttempts). When no backend is left for a retry the
+	// node fails with its last job's error. Zero: none.
 	Retries int `json:"retries,omitempty"`
 	// Memoize reuses the outputs of an earlier completed run (of any
 	// execution sharing the Store) of the same exact workflow with the
@@ -339,7 +353,9 @@ const (
 // MergeConfig configures a MERGE node: any number of input ports (named
 // freely; several edges may end on one port), one output port "out". The
 // inputs are taken in port-name order (numbers numerically), then edge
-// order; inputs whose source was skipped are left out.
+// order; inputs whose source was skipped, or that come from a CONDITION
+// port not taken, are left out; an input from a port any other node left
+// without a value fails the node.
 type MergeConfig struct {
 	// Mode is MergeCollect (the default) or MergeConcatImages.
 	Mode MergeMode `json:"mode,omitempty"`
@@ -360,7 +376,8 @@ const (
 // OutputConfig configures an OUTPUT node: each of its input ports becomes
 // an entry of Result.Outputs under the port's name (unique across the
 // graph's OUTPUT nodes). Several edges may end on one port: the first
-// whose source was not skipped gives the value.
+// whose source was not skipped (nor a CONDITION port not taken) gives the
+// value; a port any other node left without a value fails the node.
 type OutputConfig struct{}
 
 // Kind returns KindInput.

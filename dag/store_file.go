@@ -27,7 +27,11 @@ import (
 // A FileStore is safe for concurrent use by multiple goroutines. Several
 // processes may share a directory: CreateExecution is exclusive across
 // them, but one execution should be run (written) by one process at a
-// time.
+// time. Nothing enforces that: the FileStore takes no lock across
+// processes, so two processes that both call Executor.Resume for the same
+// execution both run it, submitting its unfinished nodes' jobs twice and
+// overwriting each other's checkpoints. Decide outside the Store which
+// process resumes what.
 type FileStore struct {
 	dir  string
 	seed maphash.Seed

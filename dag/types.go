@@ -61,7 +61,11 @@ type Config struct {
 	// Runner runs the WORKFLOW nodes. Required. A *pool.Pool is one.
 	Runner Runner
 	// Store keeps checkpoints (for Resume) and memoised results. Nil
-	// means a new MemoryStore.
+	// means a new MemoryStore, private to the Executor, which keeps every
+	// execution's checkpoint (inputs and node outputs, images included)
+	// for as long as the Executor lives. A long-running process should
+	// pass its own Store and call Store.Delete on executions it will not
+	// resume; no Store forgets anything by itself.
 	Store Store
 	// Parallelism bounds how many WORKFLOW nodes of one execution are
 	// submitted at once. Defaults to 16.

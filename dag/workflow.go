@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/pool"
 )
@@ -36,8 +37,8 @@ const (
 	// vramTimeout bounds each SystemStats call of FallbackAuto; a backend
 	// that does not answer in time counts as having no free VRAM.
 	vramTimeout = 2 * time.Second
-	// maxEarlyJobs bounds the job ids whose events arrived before Enqueue
-	// returned their id (see wfRunner.early).
+	// maxEarlyJobs bounds the job ids whose events arrived while an
+	// Enqueue was in flight (see wfRunner.early).
 	maxEarlyJobs = 256
 )
 
@@ -58,7 +59,14 @@ type wfDeps struct {
 	Ask       AskBackendFunc
 	Log       *slog.Logger
 	Execution string
-	Report    reporter
+	// Token is a value unique to this execution's record, stable across
+	// Resume (the record's creation time). It is part of every job's
+	// idempotency key, so that an execution ID used again (after
+	// Store.Delete, or by another Executor with its own Store on the same
+	// pool) does not get the jobs of the earlier execution back. Empty:
+	// not part of the key.
+	Token  string
+	Report reporter
 }
 
 // wfResult is the outcome of one WORKFLOW node (also on error: Backend,
@@ -77,9 +85,14 @@ type wfResult struct {
 // When the Runner is a Subscriber, the wfRunner subscribes once to the
 // job:started and job:progress events and one goroutine (stopped by close)
 // maps each event's job to its node and reports it. A job may start before
-// Enqueue returned its id: such events are kept (the last job:started and
-// the last job:progress of at most maxEarlyJobs jobs, oldest dropped first)
-// and replayed when the id is registered.
+// Enqueue returned its id: while an Enqueue is in flight the events of
+// unknown jobs are kept (the last job:started and the last job:progress of
+// at most maxEarlyJobs jobs, oldest dropped first) and replayed when the id
+// is registered. The subscription carries the events of every job of the
+// Runner (pool events say nothing of the execution): when no Enqueue is in
+// flight an unknown job is another execution's (or one of ours that ended)
+// and its events are dropped at once, and the kept events are dropped when
+// the last Enqueue in flight ended.
 type wfRunner struct {
 	d      wfDeps
 	log    *slog.Logger
@@ -92,6 +105,7 @@ type wfRunner struct {
 
 	mu         sync.Mutex // guards the fields below and serialises the reporter calls
 	jobs       map[string]*jobEntry
+	enqueuing  int // Enqueue calls in flight (from beginEnqueue to endEnqueue)
 	early      map[string]*earlyEvents
 	earlyOrder []string // keys of early, oldest first
 }
@@ -160,13 +174,17 @@ func (w *wfRunner) events(ch <-chan pool.Event) {
 	}
 }
 
-// event reports e if its job is registered, else keeps it for register.
+// event reports e if its job is registered, else keeps it for endEnqueue
+// while an Enqueue is in flight.
 func (w *wfRunner) event(e pool.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if j := w.jobs[e.JobID]; j != nil {
 		w.reportLocked(j, e)
 		return
+	}
+	if w.enqueuing == 0 {
+		return // not a job of ours, or one that ended
 	}
 	ee := w.early[e.JobID]
 	if ee == nil {
@@ -199,23 +217,40 @@ func (w *wfRunner) reportLocked(j *jobEntry, e pool.Event) {
 	}
 }
 
-// register reports that node's job id was queued, then replays the job's
-// early events.
-func (w *wfRunner) register(node, id string) {
+// beginEnqueue notes an Enqueue in flight: from now until its endEnqueue
+// the events of unknown jobs are kept (see event).
+func (w *wfRunner) beginEnqueue() {
+	w.mu.Lock()
+	w.enqueuing++
+	w.mu.Unlock()
+}
+
+// endEnqueue ends the Enqueue that beginEnqueue noted. When it returned a
+// job id (id != ""), it reports that node's job was queued and replays the
+// job's early events. When no other Enqueue is in flight, the early events
+// left (other jobs') are dropped.
+func (w *wfRunner) endEnqueue(node, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.d.Report.nodeQueued(node, id)
-	j := &jobEntry{node: node}
-	w.jobs[id] = j
-	if ee := w.early[id]; ee != nil {
-		delete(w.early, id)
-		w.earlyOrder = slices.DeleteFunc(w.earlyOrder, func(s string) bool { return s == id })
-		if ee.started != nil {
-			w.reportLocked(j, *ee.started)
+	w.enqueuing--
+	if id != "" {
+		w.d.Report.nodeQueued(node, id)
+		j := &jobEntry{node: node}
+		w.jobs[id] = j
+		if ee := w.early[id]; ee != nil {
+			delete(w.early, id)
+			w.earlyOrder = slices.DeleteFunc(w.earlyOrder, func(s string) bool { return s == id })
+			if ee.started != nil {
+				w.reportLocked(j, *ee.started)
+			}
+			if ee.progress != nil {
+				w.reportLocked(j, *ee.progress)
+			}
 		}
-		if ee.progress != nil {
-			w.reportLocked(j, *ee.progress)
-		}
+	}
+	if w.enqueuing == 0 && len(w.earlyOrder) > 0 {
+		clear(w.early)
+		w.earlyOrder = w.earlyOrder[:0]
 	}
 }
 
@@ -245,9 +280,14 @@ func (w *wfRunner) unregister(id, backend string) string {
 // It patches the workflow with the param values (a value of the wrong
 // type fails the node at once), answers from the Store when the node
 // memoises and an identical run completed before, chooses the backend
-// (see chooseBackend), submits the job and waits for it. A job that
-// failed for another reason than a cancellation is submitted again while
-// the node has Retries left, never on a backend it already failed on.
+// (see chooseBackend), submits the job and waits for it. A job whose
+// failure another backend may not have (see retryable) is submitted again
+// while the node has Retries left, never on a backend it already failed
+// on. When no backend is left for a retry, the node fails with the last
+// job's error (not ErrNoBackend, which means no job ever ran).
+//
+// A panic in AskBackend or in a Runner method fails the node with a
+// *PanicError, without retry.
 func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRuns int) (wfResult, error) {
 	r := wfResult{runs: prevRuns}
 	cfg, ok := n.node.Config.(*WorkflowConfig)
@@ -273,85 +313,219 @@ func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRun
 	var failed []string // backends the node's jobs failed on
 	var lastErr error   // the last job's failure
 	for {
-		out, backend, jobID, err := w.runOnce(ctx, n.id, cfg, wf, files, failed, r.runs+1)
-		if jobID != "" {
+		o, err := w.runOnce(ctx, n.id, cfg, wf, files, failed, r.runs+1)
+		if o.jobID != "" {
 			r.runs++
-			r.jobID = jobID
+			r.jobID = o.jobID
 		}
-		if backend != "" {
-			r.backend = backend
+		if o.backend != "" {
+			r.backend = o.backend
 		}
+		var pe *PanicError
 		switch {
 		case err == nil:
-			r.outputs = out
+			r.outputs = o.out
 			if memoKey != "" {
-				w.saveMemo(ctx, log, memoKey, out)
+				w.saveMemo(ctx, log, memoKey, o.out)
 			}
 			return r, nil
-		case jobID == "":
-			// Nothing was submitted (no backend, a closed Runner, a
-			// cancellation): a retry stops here with the job's failure.
-			if lastErr != nil && !errors.Is(err, ErrCancelled) {
-				return r, fmt.Errorf("%w; no retry: %w", lastErr, err)
+		case o.jobID == "" && lastErr != nil:
+			// A retry submitted nothing. The node's error is the last
+			// job's failure, unless the node was cancelled meanwhile or
+			// the retry hit a bug (a panic) that must not go unseen.
+			switch {
+			case errors.Is(err, ErrCancelled):
+				return r, err
+			case errors.As(err, &pe):
+				return r, fmt.Errorf("%w; then the retry failed: %w", lastErr, err)
 			}
-			return r, err
-		case errors.Is(err, ErrCancelled) || errors.Is(err, pool.ErrClosed):
+			log.InfoContext(ctx, "workflow node not retried", "run", r.runs, "excluded", failed, "reason", err)
+			return r, lastErr
+		case !o.retry:
 			return r, err
 		}
 		lastErr = err
-		failed = appendFailed(failed, err, backend)
+		failed = appendFailed(failed, err, o.backend)
 		if r.runs >= 1+cfg.Retries {
 			return r, err
 		}
 		log.InfoContext(ctx, "workflow node failed; retrying on another backend",
-			"job_id", jobID, "backend", backend, "run", r.runs, "excluded", failed, "err", err)
+			"job_id", o.jobID, "backend", o.backend, "run", r.runs, "excluded", failed, "err", err)
 	}
 }
 
+// onceResult is the outcome of one job of a WORKFLOW node.
+type onceResult struct {
+	out     map[string]any // the output port values, when the job completed
+	backend string         // where the job ran or was pinned ("" when unknown)
+	jobID   string         // empty when no job was submitted
+	retry   bool           // the job failed in a way another backend may not (see retryable)
+}
+
 // runOnce chooses a backend for run number runNo of node, submits the
-// job and waits for it. jobID is empty when no job was submitted.
-func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig, wf comfy.Workflow, files []pool.InputFile, failed []string, runNo int) (out map[string]any, backend, jobID string, err error) {
+// job and waits for it.
+func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig, wf comfy.Workflow, files []pool.InputFile, failed []string, runNo int) (onceResult, error) {
+	var o onceResult
 	if ctx.Err() != nil {
-		return nil, "", "", cancelled(ctx, ctx.Err())
+		return o, cancelled(ctx, ctx.Err())
 	}
 	opts, pinned, err := w.chooseBackend(ctx, node, cfg, failed)
 	if err != nil {
-		return nil, "", "", cancelled(ctx, err)
+		return o, cancelled(ctx, err)
 	}
 	opts.Priority = cfg.Priority
 	opts.Inputs = files
-	opts.IdempotencyKey = w.d.Execution + "/" + node + "/" + strconv.Itoa(runNo)
+	opts.IdempotencyKey = idempotencyKey(w.d.Execution, w.d.Token, node, runNo)
 	opts.Metadata = map[string]string{"dag_execution": w.d.Execution, "dag_node": node}
-	jobID, err = w.d.Runner.Enqueue(ctx, wf, opts)
+	w.beginEnqueue()
+	o.jobID, err = w.enqueue(ctx, wf, opts)
 	if err != nil {
+		o.jobID = ""
+		w.endEnqueue(node, "")
 		if errors.Is(err, pool.ErrNoBackend) {
 			err = fmt.Errorf("%w: %w", ErrNoBackend, err)
 		}
-		return nil, "", "", cancelled(ctx, err)
+		return o, cancelled(ctx, err)
 	}
-	w.register(node, jobID)
-	res, err := w.d.Runner.Wait(ctx, jobID)
-	if err != nil && ctx.Err() != nil {
-		// The node was cancelled: interrupt the job on its backend.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		cerr := w.d.Runner.Cancel(cctx, jobID)
-		cancel()
-		if cerr != nil {
-			w.log.WarnContext(ctx, "cancel job", "node_id", node, "job_id", jobID, "err", cerr)
+	w.endEnqueue(node, o.jobID)
+	res, err := w.wait(ctx, o.jobID)
+	var pe *PanicError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The node was cancelled: interrupt the job on its backend. A
+		// panic of the Runner meanwhile is kept in the error.
+		werr := err
+		cerr := w.cancelJob(ctx, node, o.jobID)
+		started := w.unregister(o.jobID, "")
+		o.backend = cmp.Or(lastBackend(werr), started, pinned)
+		err = fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+		for _, e := range []error{werr, cerr} {
+			if errors.As(e, &pe) {
+				err = fmt.Errorf("%w; %w", err, e)
+			}
 		}
-		started := w.unregister(jobID, "")
-		return nil, cmp.Or(lastBackend(err), started, pinned), jobID, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
-	}
-	if err != nil {
-		started := w.unregister(jobID, "")
+		return o, err
+	case errors.As(err, &pe):
+		// The job's state is unknown: do not leave it running.
+		_ = w.cancelJob(ctx, node, o.jobID)
+		o.backend = cmp.Or(w.unregister(o.jobID, ""), pinned)
+		return o, err
+	case err != nil:
+		started := w.unregister(o.jobID, "")
 		if errors.Is(err, pool.ErrCancelled) {
 			err = fmt.Errorf("%w: %w", ErrCancelled, err)
 		}
-		return nil, cmp.Or(lastBackend(err), started, pinned), jobID, err
+		o.backend = cmp.Or(lastBackend(err), started, pinned)
+		o.retry = retryable(err)
+		return o, err
 	}
-	w.unregister(jobID, res.Backend)
-	out, err = outputsOf(res, cfg.Outputs)
-	return out, res.Backend, jobID, err
+	w.unregister(o.jobID, res.Backend)
+	o.backend = res.Backend
+	// An error here is about the job's output, which another backend
+	// would give the same way: never retried.
+	o.out, err = outputsOf(res, cfg.Outputs)
+	return o, err
+}
+
+// idempotencyKey is the idempotency key of run number run of node:
+// "<execution>/<token>/<node>/<run>", without "<token>/" when token is
+// empty. The key of a run is the same after a resume, so that a resumed
+// node waits for the job it had submitted.
+func idempotencyKey(execution, token, node string, run int) string {
+	if token == "" {
+		return execution + "/" + node + "/" + strconv.Itoa(run)
+	}
+	return execution + "/" + token + "/" + node + "/" + strconv.Itoa(run)
+}
+
+// retryable reports whether err, the failure of a job that ran, is one
+// that another backend may not have (see WorkflowConfig.Retries), in this
+// order:
+//
+//   - never a panic (*PanicError), a cancellation or interruption, the
+//     Runner's own refusals (pool.ErrClosed, pool.ErrInvalid,
+//     pool.ErrNotFound) or a bad workflow or input (comfy.ErrInvalidWorkflow,
+//     ErrBadParam);
+//   - always an out-of-memory execution error (a GPU with more memory may
+//     do);
+//   - never the workflow's own failure (comfy.IsWorkflowFault: a
+//     *comfy.PromptError that is not MissingOnServer, a node that raised);
+//   - for a *pool.JobError ended by its last attempt, the pool's
+//     classification of that attempt: retried when its Class is
+//     failover.ClassBackend (the pool gave up on a backend fault);
+//   - otherwise comfy.IsRetryable.
+func retryable(err error) bool {
+	var pe *PanicError
+	if errors.As(err, &pe) || errors.Is(err, ErrCancelled) || errors.Is(err, pool.ErrCancelled) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, comfy.ErrInterrupted) ||
+		errors.Is(err, pool.ErrClosed) || errors.Is(err, pool.ErrInvalid) || errors.Is(err, pool.ErrNotFound) ||
+		errors.Is(err, comfy.ErrInvalidWorkflow) || errors.Is(err, ErrBadParam) {
+		return false
+	}
+	var ee *comfy.ExecutionError
+	if errors.As(err, &ee) && ee.OutOfMemory() {
+		return true
+	}
+	if comfy.IsWorkflowFault(err) {
+		return false
+	}
+	var je *pool.JobError
+	if errors.As(err, &je) && len(je.Attempts) > 0 {
+		if a := je.Attempts[len(je.Attempts)-1]; a.Err != nil && errors.Is(je.Err, a.Err) {
+			return a.Class == failover.ClassBackend
+		}
+	}
+	return comfy.IsRetryable(err)
+}
+
+// enqueue calls Runner.Enqueue; a panic becomes a *PanicError.
+func (w *wfRunner) enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (id string, err error) {
+	defer recoverTo(&err, "Runner.Enqueue")
+	return w.d.Runner.Enqueue(ctx, wf, opts)
+}
+
+// wait calls Runner.Wait; a panic becomes a *PanicError.
+func (w *wfRunner) wait(ctx context.Context, id string) (res *pool.Result, err error) {
+	defer recoverTo(&err, "Runner.Wait")
+	res, err = w.d.Runner.Wait(ctx, id)
+	if err == nil && res == nil {
+		err = fmt.Errorf("dag: Runner.Wait returned no result and no error for job %s", id)
+	}
+	return res, err
+}
+
+// cancelJob cancels job id of node on its backend, bounded by
+// cancelTimeout even when ctx ended. A failure is logged and returned (a
+// panic as a *PanicError).
+func (w *wfRunner) cancelJob(ctx context.Context, node, id string) (err error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	defer func() {
+		if err != nil {
+			w.log.WarnContext(ctx, "cancel job", "node_id", node, "job_id", id, "err", err)
+		}
+	}()
+	defer recoverTo(&err, "Runner.Cancel")
+	return w.d.Runner.Cancel(cctx, id)
+}
+
+// stats calls BackendLister.Stats; a panic becomes a *PanicError.
+func (w *wfRunner) stats(ctx context.Context) (st pool.Stats, err error) {
+	defer recoverTo(&err, "Runner.Stats")
+	return w.lister.Stats(ctx), nil
+}
+
+// systemStats calls BackendLister.SystemStats; a panic becomes a
+// *PanicError.
+func (w *wfRunner) systemStats(ctx context.Context, backend string) (st *comfy.SystemStats, err error) {
+	defer recoverTo(&err, "Runner.SystemStats")
+	return w.lister.SystemStats(ctx, backend)
+}
+
+// ask calls wfDeps.Ask; a panic becomes a *PanicError.
+func (w *wfRunner) ask(ctx context.Context, req *BackendRequest) (name string, err error) {
+	defer recoverTo(&err, "AskBackend")
+	return w.d.Ask(ctx, req)
 }
 
 // cancelled returns err, made to match ErrCancelled when ctx ended.
@@ -418,7 +592,10 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 		}
 		return opts, "", nil
 	}
-	stats := w.lister.Stats(ctx)
+	stats, err := w.stats(ctx)
+	if err != nil {
+		return nil, "", err
+	}
 	var avail []pool.BackendStats
 	for _, b := range stats.Backends {
 		if eligible(b, cfg.Capabilities, failed) {
@@ -440,17 +617,27 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 		}
 		switch {
 		case fallback == FallbackAuto:
-			ranked := w.rank(ctx, avail, false)
+			ranked, err := w.rank(ctx, avail, false)
+			if err != nil {
+				return nil, "", err
+			}
 			if len(ranked) == 0 {
 				return nil, "", noneLeft()
 			}
 			choice = ranked[0].Name
 		case fallback == FallbackAsk && w.d.Ask != nil:
-			ranked := w.rank(ctx, avail, true)
+			ranked, err := w.rank(ctx, avail, true)
+			if err != nil {
+				return nil, "", err
+			}
 			if len(ranked) == 0 {
 				return nil, "", noneLeft() // nothing to ask about
 			}
-			ans, err := w.d.Ask(ctx, &BackendRequest{Execution: w.d.Execution, Node: node, Wanted: cfg.Backend, Candidates: ranked})
+			ans, err := w.ask(ctx, &BackendRequest{Execution: w.d.Execution, Node: node, Wanted: cfg.Backend, Candidates: ranked})
+			var pe *PanicError
+			if errors.As(err, &pe) {
+				return nil, "", err
+			}
 			if err != nil {
 				return nil, "", fmt.Errorf("dag: AskBackend: %w", err)
 			}
@@ -515,8 +702,9 @@ func unavailableReason(all []pool.BackendStats, name string, caps, failed []stri
 // queue, which other clients fill too), then most free VRAM, then name. Free VRAM is fetched
 // concurrently, each call bounded by vramTimeout (an error counts as 0):
 // with all, for every backend; else only for the backends tied for the
-// fewest jobs, the only ones whose order decides the choice.
-func (w *wfRunner) rank(ctx context.Context, avail []pool.BackendStats, all bool) []BackendInfo {
+// fewest jobs, the only ones whose order decides the choice. The error is
+// a panic of SystemStats (a *PanicError).
+func (w *wfRunner) rank(ctx context.Context, avail []pool.BackendStats, all bool) ([]BackendInfo, error) {
 	out := make([]BackendInfo, len(avail))
 	minQ := 0
 	for i, b := range avail {
@@ -536,31 +724,40 @@ func (w *wfRunner) rank(ctx context.Context, avail []pool.BackendStats, all bool
 		}
 	}
 	var wg sync.WaitGroup
+	errs := make([]error, len(out))
 	for i := range out {
 		if all || (tied > 1 && out[i].Queue == minQ) {
-			wg.Go(func() { out[i].VRAMFree = w.vramFree(ctx, out[i].Name) })
+			wg.Go(func() { out[i].VRAMFree, errs[i] = w.vramFree(ctx, out[i].Name) })
 		}
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	slices.SortFunc(out, func(a, b BackendInfo) int {
 		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(b.VRAMFree, a.VRAMFree), cmp.Compare(a.Name, b.Name))
 	})
-	return out
+	return out, nil
 }
 
 // vramFree returns the free VRAM of backend's first device, 0 when
-// unknown.
-func (w *wfRunner) vramFree(ctx context.Context, backend string) int64 {
+// unknown (SystemStats failed or told nothing). The error is a panic of
+// SystemStats (a *PanicError).
+func (w *wfRunner) vramFree(ctx context.Context, backend string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, vramTimeout)
 	defer cancel()
-	st, err := w.lister.SystemStats(ctx, backend)
+	st, err := w.systemStats(ctx, backend)
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return 0, err
+	}
 	if err != nil || st == nil || len(st.Devices) == 0 {
 		if err != nil {
 			w.log.DebugContext(ctx, "system stats", "backend", backend, "err", err)
 		}
-		return 0
+		return 0, nil
 	}
-	return st.Devices[0].VRAMFree
+	return st.Devices[0].VRAMFree, nil
 }
 
 // patchWorkflow returns a copy of the node's workflow with the param

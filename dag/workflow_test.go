@@ -19,6 +19,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -608,21 +609,37 @@ func TestWorkflowCapabilities(t *testing.T) {
 	})
 }
 
-// wftFailingInvert makes server 0's ImageInvert fail at run time.
+// wftFailingInvert makes server 0's ImageInvert run out of GPU memory, a
+// failure another backend may not have.
 func wftFailingInvert(i int) *comfytest.Options {
+	return wftFailInvert(i, "torch.OutOfMemoryError", "Allocation on device")
+}
+
+// wftFailInvert makes server 0's ImageInvert raise exception typ.
+func wftFailInvert(i int, typ, msg string) *comfytest.Options {
 	if i != 0 {
 		return nil
 	}
 	inv := comfytest.Builtins()["ImageInvert"]
-	inv.Fail = &comfytest.Failure{ExceptionType: "RuntimeError", ExceptionMessage: "CUDA error: an illegal memory access"}
+	inv.Fail = &comfytest.Failure{ExceptionType: typ, ExceptionMessage: msg}
 	return &comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{"ImageInvert": inv}}
+}
+
+// wftOneAttempt is a pool whose jobs get one attempt each, so that the
+// pool never retries a job itself and its failures reach the wfRunner.
+type wftOneAttempt struct{ *pool.Pool }
+
+func (p wftOneAttempt) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+	o := *opts
+	o.MaxAttempts = 1
+	return p.Pool.Enqueue(ctx, wf, &o)
 }
 
 func TestWorkflowRetriesOnAnotherBackend(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := wftSetup(t, 2, wftFailingInvert, nil)
-		w := b.runner(nil)
+		w := b.runner(wftOneAttempt{b.pool})
 		cfg := &WorkflowConfig{Workflow: wftParse(t, comfytest.WorkflowOK), Backend: "gpu-0", Fallback: FallbackAuto, Retries: 2}
 		r, err := w.run(t.Context(), wftNode("x15", cfg), nil, 1)
 		require.NoError(t, err)
@@ -642,12 +659,27 @@ func TestWorkflowRetriesOnAnotherBackend(t *testing.T) {
 		assert.Equal(t, 1, r.runs)
 		assert.Equal(t, "gpu-0", r.backend)
 
-		// Retries, but nowhere to go: the job's failure, and why there was no retry.
+		// Retries, but nowhere to go: the job's failure alone (ErrNoBackend
+		// would say that no job ran); why there was no retry is logged.
 		cfg.Retries, cfg.Fallback = 3, FallbackNone
 		r, err = w.run(t.Context(), wftNode("z17", cfg), nil, 0)
 		require.ErrorAs(t, err, &je)
-		require.ErrorIs(t, err, ErrNoBackend)
+		assert.NotErrorIs(t, err, ErrNoBackend)
+		_, isJobErr := err.(*pool.JobError)
+		assert.True(t, isJobErr, "the job's error itself, not wrapped: %v", err)
 		assert.Equal(t, 1, r.runs)
+		assert.Equal(t, "gpu-0", r.backend)
+
+		// The pool's own attempts come first: a pinned job is retried by
+		// the pool on its backend, then by the node elsewhere.
+		w = b.runner(nil)
+		cfg = &WorkflowConfig{Workflow: wftParse(t, comfytest.WorkflowOK), Backend: "gpu-0", Fallback: FallbackAuto, Retries: 1}
+		before := len(wftAccepted(t, b.servers[0]))
+		r, err = w.run(t.Context(), wftNode("p17", cfg), nil, 0)
+		require.NoError(t, err)
+		assert.Equal(t, "gpu-1", r.backend)
+		assert.Equal(t, 2, r.runs)
+		assert.Len(t, wftAccepted(t, b.servers[0]), before+3, "the pool's three attempts")
 
 		// The Runner chooses: the retry excludes the failed backend.
 		cfg = &WorkflowConfig{Workflow: wftParse(t, comfytest.WorkflowOK), Retries: 1}
@@ -837,11 +869,15 @@ func TestWorkflowReportsProgress(t *testing.T) {
 // wftOnlyRunner hides the optional interfaces of a Runner.
 type wftOnlyRunner struct{ Runner }
 
+// wftOnlyRunner1 hides the optional interfaces of a pool whose jobs get
+// one attempt each.
+func wftOnlyRunner1(p *pool.Pool) wftOnlyRunner { return wftOnlyRunner{wftOneAttempt{p}} }
+
 func TestWorkflowWithoutOptionalInterfaces(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := wftSetup(t, 2, wftFailingInvert, nil)
-		w := b.runner(wftOnlyRunner{b.pool})
+		w := b.runner(wftOnlyRunner1(b.pool))
 		assert.Nil(t, w.lister)
 		assert.Nil(t, w.done, "no event goroutine")
 
@@ -932,7 +968,16 @@ func TestWorkflowReplaysEarlyEvents(t *testing.T) {
 			{kind: "progress", node: "x", value: 2, max: 8},
 		}, rep.all())
 
+		// With no Enqueue in flight, an unknown job is not ours: its
+		// events are dropped at once.
+		er.ch <- pool.Event{Kind: pool.EventJobStarted, JobID: "j99"}
+		synctest.Wait()
+		w.mu.Lock()
+		assert.Empty(t, w.early)
+		w.mu.Unlock()
+
 		// Early events are bounded.
+		w.beginEnqueue()
 		for i := range 2 * maxEarlyJobs {
 			er.ch <- pool.Event{Kind: pool.EventJobStarted, JobID: fmt.Sprint("j", 100+i)}
 		}
@@ -942,5 +987,183 @@ func TestWorkflowReplaysEarlyEvents(t *testing.T) {
 		assert.Len(t, w.earlyOrder, maxEarlyJobs)
 		assert.NotContains(t, w.early, "j100", "the oldest went first")
 		w.mu.Unlock()
+
+		// The last Enqueue in flight ended: what is left is not ours.
+		w.endEnqueue("x", "")
+		w.mu.Lock()
+		assert.Empty(t, w.early)
+		assert.Empty(t, w.earlyOrder)
+		w.mu.Unlock()
+		assert.Len(t, rep.all(), 3, "nothing reported")
 	})
+}
+
+func TestWorkflowRetryable(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	oom := &comfy.ExecutionError{ExceptionType: "torch.OutOfMemoryError", ExceptionMessage: "Allocation on device"}
+	raised := &comfy.ExecutionError{ExceptionType: "RuntimeError", ExceptionMessage: "CUDA error"}
+	invalid := &comfy.PromptError{StatusCode: 400, Err: comfy.ErrorDetail{Type: "prompt_outputs_failed_validation"}}
+	missing := &comfy.PromptError{StatusCode: 400, Err: comfy.ErrorDetail{Type: "missing_node_type"}}
+	start := &pool.TimeoutError{Which: "start"}
+	job := func(err error, class failover.Class) error {
+		return &pool.JobError{JobID: "j", Err: err, Attempts: []pool.Attempt{{Backend: "b", Err: err, Class: class}}}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"backend fault per the pool", job(boom, failover.ClassBackend), true},
+		{"workflow fault per the pool", job(boom, failover.ClassWorkflow), false},
+		{"cancelled per the pool", job(boom, failover.ClassCancelled), false},
+		{"start timeout (a backend attempt)", job(start, failover.ClassBackend), true},
+		{"overall timeout after a backend fault", &pool.JobError{Err: &pool.TimeoutError{Which: "overall"}, Attempts: []pool.Attempt{{Err: boom}}}, false},
+		{"queue timeout, no attempt", &pool.JobError{Err: &pool.TimeoutError{Which: "queue"}}, false},
+		{"out of memory, whatever the class", job(oom, failover.ClassWorkflow), true},
+		{"a node raised, whatever the class", job(raised, failover.ClassBackend), false},
+		{"prompt invalid, whatever the class", job(invalid, failover.ClassBackend), false},
+		{"missing on this server", job(missing, failover.ClassBackend), true},
+		{"server error, not from a pool", &comfy.HTTPError{StatusCode: 503}, true},
+		{"unknown error, not from a pool", boom, false},
+		{"truncated answer, not from a pool", io.ErrUnexpectedEOF, true},
+		{"panic", job(fmt.Errorf("%w (in Runner.Wait)", &PanicError{Value: 1}), failover.ClassBackend), false},
+		{"dag cancel", fmt.Errorf("%w: %w", ErrCancelled, boom), false},
+		{"pool cancel", pool.ErrCancelled, false},
+		{"context cancel", job(context.Canceled, failover.ClassBackend), false},
+		{"interrupted", job(&comfy.InterruptedError{}, failover.ClassBackend), false},
+		{"pool closed", pool.ErrClosed, false},
+		{"job forgotten", pool.ErrNotFound, false},
+		{"invalid argument", fmt.Errorf("%w: x", pool.ErrInvalid), false},
+		{"invalid workflow", job(fmt.Errorf("%w: x", comfy.ErrInvalidWorkflow), failover.ClassBackend), false},
+		{"bad param", fmt.Errorf("%w: x", ErrBadParam), false},
+	} {
+		assert.Equal(t, tc.want, retryable(tc.err), "%s: %v", tc.name, tc.err)
+	}
+}
+
+func TestWorkflowFaultIsNotRetried(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := wftSetup(t, 2, func(i int) *comfytest.Options {
+			return wftFailInvert(i, "RuntimeError", "index 3 is out of bounds")
+		}, nil)
+		w := b.runner(wftOneAttempt{b.pool})
+		cfg := &WorkflowConfig{Workflow: wftParse(t, comfytest.WorkflowOK), Backend: "gpu-0", Fallback: FallbackAuto, Retries: 2}
+		r, err := w.run(t.Context(), wftNode("x", cfg), nil, 0)
+		var ee *comfy.ExecutionError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, 1, r.runs)
+		assert.Equal(t, "gpu-0", r.backend)
+		assert.Len(t, wftAccepted(t, b.servers[0]), 1)
+		assert.Empty(t, wftAccepted(t, b.servers[1]), "the same workflow would fail there too")
+	})
+}
+
+// wftPanicRunner is a fakeRunner and BackendLister (two connected
+// backends, no system stats) whose method named in panics.
+type wftPanicRunner struct {
+	*fakeRunner
+	in string
+}
+
+func (r *wftPanicRunner) boom(method string) {
+	if r.in == method {
+		panic("boom in " + method)
+	}
+}
+
+func (r *wftPanicRunner) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+	r.boom("Enqueue")
+	return r.fakeRunner.Enqueue(ctx, wf, opts)
+}
+
+func (r *wftPanicRunner) Wait(ctx context.Context, id string) (*pool.Result, error) {
+	r.boom("Wait")
+	return r.fakeRunner.Wait(ctx, id)
+}
+
+func (r *wftPanicRunner) Cancel(ctx context.Context, id string) error {
+	r.boom("Cancel")
+	return r.fakeRunner.Cancel(ctx, id)
+}
+
+func (r *wftPanicRunner) Stats(context.Context) pool.Stats {
+	r.boom("Stats")
+	return pool.Stats{Backends: []pool.BackendStats{
+		{Name: "gpu-0", State: comfy.StateConnected}, {Name: "gpu-1", State: comfy.StateConnected},
+	}}
+}
+
+func (r *wftPanicRunner) SystemStats(context.Context, string) (*comfy.SystemStats, error) {
+	r.boom("SystemStats")
+	return nil, errors.New("no stats")
+}
+
+func TestWorkflowPanicFailsTheNodeWithoutRetry(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"Enqueue", "Wait", "Cancel", "Stats", "SystemStats", "AskBackend"} {
+		t.Run(in, func(t *testing.T) {
+			t.Parallel()
+			pr := &wftPanicRunner{fakeRunner: newFakeRunner(in == "Cancel"), in: in}
+			ask := func(_ context.Context, req *BackendRequest) (string, error) {
+				if in == "AskBackend" {
+					panic("boom in AskBackend")
+				}
+				return req.Candidates[0].Name, nil
+			}
+			w := newWFRunner(wfDeps{Runner: pr, Ask: ask, Execution: "e", Log: slog.New(slog.DiscardHandler)})
+			defer w.close()
+			cfg := &WorkflowConfig{Workflow: wftParse(t, wftGenWF), Backend: "gpu-9", Fallback: FallbackAuto, Retries: 2}
+			if in == "AskBackend" {
+				cfg.Fallback = FallbackAsk
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			if in == "Cancel" {
+				wg.Go(func() { // cancel the node once its job is queued
+					select {
+					case <-pr.started:
+						cancel()
+					case <-ctx.Done():
+					}
+				})
+			}
+			r, err := w.run(ctx, wftNode("x", cfg), nil, 0)
+			var pe *PanicError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, "boom in "+in, pe.Value)
+			assert.NotEmpty(t, pe.Stack)
+			assert.ErrorContains(t, err, "boom in "+in)
+			assert.LessOrEqual(t, r.runs, 1, "no retry")
+			assert.LessOrEqual(t, len(pr.Nodes()), 1, "no retry")
+			switch in {
+			case "Cancel":
+				require.ErrorIs(t, err, ErrCancelled, "the node was cancelled all the same")
+			case "Wait":
+				assert.Equal(t, []string{"x"}, pr.Cancelled(), "a job whose Wait panicked is cancelled")
+			case "Enqueue", "Stats", "SystemStats", "AskBackend":
+				assert.Zero(t, r.runs)
+			}
+		})
+	}
+}
+
+func TestWorkflowIdempotencyKeyHasTheToken(t *testing.T) {
+	t.Parallel()
+	fr := newFakeRunner(false)
+	w := newWFRunner(wfDeps{Runner: fr, Execution: "e", Token: "123", Log: slog.New(slog.DiscardHandler)})
+	defer w.close()
+	_, err := w.run(t.Context(), wftNode("x", &WorkflowConfig{Workflow: wftParse(t, wftGenWF)}), nil, 0)
+	require.NoError(t, err)
+	_, err = w.run(t.Context(), wftNode("y", &WorkflowConfig{Workflow: wftParse(t, wftGenWF)}), nil, 4)
+	require.NoError(t, err)
+	jobs := fr.Enqueued()
+	require.Len(t, jobs, 2)
+	assert.Equal(t, "e/123/x/1", jobs[0].Opts.IdempotencyKey)
+	assert.Equal(t, "e/123/y/5", jobs[1].Opts.IdempotencyKey)
+	assert.Equal(t, "e/y/5", idempotencyKey("e", "", "y", 5), "no token: the key of earlier versions")
 }

@@ -1,0 +1,143 @@
+package dag
+
+// Regression tests of problems a review found in workflow.go: a reused
+// execution ID getting old jobs back, a user panic killing the process,
+// deterministic failures retried. Each comment says what went wrong.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// idemRunner is a fakeRunner that honours EnqueueOpts.IdempotencyKey
+// as *pool.Pool does: a key already used returns the job enqueued with it
+// (for as long as the pool retains it: an hour by default).
+type idemRunner struct {
+	*fakeRunner
+	mu   sync.Mutex
+	keys map[string]string // idempotency key -> job ID
+}
+
+func newIdemRunner(hold bool) *idemRunner {
+	return &idemRunner{fakeRunner: newFakeRunner(hold), keys: map[string]string{}}
+}
+
+func (r *idemRunner) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if opts != nil && opts.IdempotencyKey != "" {
+		if id, ok := r.keys[opts.IdempotencyKey]; ok {
+			return id, nil
+		}
+	}
+	id, err := r.fakeRunner.Enqueue(ctx, wf, opts)
+	if err == nil && opts != nil && opts.IdempotencyKey != "" {
+		r.keys[opts.IdempotencyKey] = id
+	}
+	return id, err
+}
+
+// chainGraph is in.s -> A -> out.result.
+func chainGraph() *Graph {
+	return &Graph{
+		Nodes: []Node{exInput("in", exStr("s")), exWF("A", "a"), exOutput("out")},
+		Edges: []Edge{Connect("in.s", "A.a"), Connect("A.text", "out.result")},
+	}
+}
+
+// Finding 3 (fixed: wfDeps.Token in the key). workflow.go:323: the
+// idempotency key was execution ID, node and run number only. An execution ID used again — by a second Executor
+// with its own Store on the same pool, or after Store.Delete — reuses the
+// keys of the first run, and the pool (which keeps keys for
+// Config.Retention, 1h by default) answers with the old jobs: the new
+// execution silently returns the old execution's outputs for new inputs.
+func TestWorkflowReusedExecutionIDDoesNotReturnOldJobs(t *testing.T) {
+	t.Parallel()
+	r := newIdemRunner(false)
+	run := func(s string) *Result {
+		ex, err := New(&Config{Runner: r, Logger: exLogger(t)}) // its own MemoryStore
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, ex.Close(context.Background())) }()
+		res, err := ex.Run(t.Context(), chainGraph(), map[string]any{"s": s}, &RunOpts{ID: "nightly"})
+		require.NoError(t, err)
+		return res
+	}
+	assert.Equal(t, "A(monday)", run("monday").Outputs["result"])
+	assert.Equal(t, "A(tuesday)", run("tuesday").Outputs["result"], "new inputs, old job")
+}
+
+// reviewListerRunner is a fakeRunner that is also a BackendLister with
+// two connected backends.
+type reviewListerRunner struct{ *fakeRunner }
+
+func (reviewListerRunner) Stats(context.Context) pool.Stats {
+	return pool.Stats{Backends: []pool.BackendStats{
+		{Name: "gpu-0", State: comfy.StateConnected}, {Name: "gpu-1", State: comfy.StateConnected},
+	}}
+}
+
+func (reviewListerRunner) SystemStats(context.Context, string) (*comfy.SystemStats, error) {
+	return nil, errors.New("no stats")
+}
+
+// Finding 5 (fixed: *PanicError). workflow.go:453: Config.AskBackend is
+// user code called in a node goroutine, then without a recover (style B5: recover where user code
+// runs). A panic in it takes the whole process down instead of failing
+// the node. Run in a subprocess, since the panic kills the test binary.
+func TestWorkflowAskBackendPanicFailsTheNode(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("DAG_REVIEW_ASK_PANIC") == "1" {
+		reviewAskPanic(t)
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestWorkflowAskBackendPanicFailsTheNode$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DAG_REVIEW_ASK_PANIC=1")
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "the child process died:\n%s", out)
+}
+
+func reviewAskPanic(t *testing.T) {
+	r := reviewListerRunner{newFakeRunner(false)}
+	ex, err := New(&Config{Runner: r, Logger: exLogger(t), AskBackend: func(context.Context, *BackendRequest) (string, error) {
+		panic("user bug")
+	}})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ex.Close(context.Background())) }()
+	g := chainGraph()
+	cfg := g.Nodes[1].Config.(*WorkflowConfig)
+	cfg.Backend, cfg.Fallback = "gpu-9", FallbackAsk
+	res, err := ex.Run(t.Context(), g, map[string]any{"s": "x"}, nil)
+	var ne *NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, "A", ne.Node)
+	assert.Equal(t, StatusFailed, res.Status)
+}
+
+// Finding 7 (fixed: retryable). workflow.go:284-307 (run): every error
+// with a job ID was retried on another backend, including failures that no backend can fix:
+// here the job completed but the node's declared output port is missing
+// from its output (outputsOf, workflow.go:353). With Retries 2 the same
+// GPU work runs three times before the node fails with the same error. A
+// *comfy.PromptError (the workflow does not validate) is retried the same
+// way. Retry only what comfy.IsRetryable (or the pool's classification)
+// says is a backend fault, and never an outputsOf error.
+func TestWorkflowDeterministicFailureIsNotRetried(t *testing.T) {
+	t.Parallel()
+	b := exSetup(t, exOpts{})
+	g := chainGraph()
+	cfg := g.Nodes[1].Config.(*WorkflowConfig)
+	cfg.Retries = 2
+	cfg.Outputs[0].Key = "missing"
+	_, err := b.ex.Run(t.Context(), g, map[string]any{"s": "x"}, nil)
+	require.ErrorContains(t, err, `no "missing"`)
+	assert.Len(t, b.fr.Nodes(), 1, "jobs submitted for a node whose outputs can never match")
+}
