@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
-	"github.com/comfypool/comfypool/pool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -874,41 +873,6 @@ func TestOnEventPanicIsRecovered(t *testing.T) {
 	assert.Greater(t, n, 6, "every event was still delivered")
 }
 
-// exIdemRunner is a fakeRunner that honours EnqueueOpts.IdempotencyKey as
-// *pool.Pool does: a key already used returns the job enqueued with it.
-type exIdemRunner struct {
-	*fakeRunner
-	mu   sync.Mutex
-	keys map[string]string // idempotency key -> job ID
-}
-
-func newExIdemRunner() *exIdemRunner {
-	return &exIdemRunner{fakeRunner: newFakeRunner(false), keys: map[string]string{}}
-}
-
-func (r *exIdemRunner) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if opts != nil && opts.IdempotencyKey != "" {
-		if id, ok := r.keys[opts.IdempotencyKey]; ok {
-			return id, nil
-		}
-	}
-	id, err := r.fakeRunner.Enqueue(ctx, wf, opts)
-	if err == nil && opts != nil && opts.IdempotencyKey != "" {
-		r.keys[opts.IdempotencyKey] = id
-	}
-	return id, err
-}
-
-// exChain is in.s -> A -> out.result.
-func exChain() *Graph {
-	return &Graph{
-		Nodes: []Node{exInput("in", exStr("s")), exWF("A", "a"), exOutput("out")},
-		Edges: []Edge{Connect("in.s", "A.a"), Connect("A.text", "out.result")},
-	}
-}
-
 // Only a CONDITION leaves a port without a value on purpose. A WORKFLOW
 // node whose job output no file has no "image": whatever consumes it
 // fails, rather than being skipped while the execution "completes".
@@ -1001,12 +965,12 @@ func TestCancelDuringControlNodesIsACancellation(t *testing.T) {
 // the idempotency keys include the record's creation time.
 func TestReusedExecutionIDGetsNewJobs(t *testing.T) {
 	t.Parallel()
-	r := newExIdemRunner()
+	r := newIdemRunner(false)
 	run := func(s string) *Result {
 		ex, err := New(&Config{Runner: r, Logger: exLogger(t)}) // its own MemoryStore
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, ex.Close(context.Background())) }()
-		res, err := ex.Run(t.Context(), exChain(), map[string]any{"s": s}, &RunOpts{ID: "nightly"})
+		res, err := ex.Run(t.Context(), chainGraph(), map[string]any{"s": s}, &RunOpts{ID: "nightly"})
 		require.NoError(t, err)
 		return res
 	}
@@ -1016,13 +980,13 @@ func TestReusedExecutionIDGetsNewJobs(t *testing.T) {
 }
 
 // exCrashed stores the checkpoint a process that crashed while node A of
-// exChain ran leaves behind: the execution (created at created) running,
+// chainGraph ran leaves behind: the execution (created at created) running,
 // in completed, A running with the job that process submitted through r,
 // which is returned.
 func exCrashed(t *testing.T, store Store, r Runner, id string, created time.Time) string {
 	t.Helper()
 	ctx := t.Context()
-	g := exChain()
+	g := chainGraph()
 	graph, err := json.Marshal(g)
 	require.NoError(t, err)
 	inputs, err := encodeValues(map[string]any{"s": "y"})
@@ -1055,7 +1019,7 @@ func TestResumeReattachesTheRunningJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			store := NewMemoryStore()
-			r := newExIdemRunner()
+			r := newIdemRunner(false)
 			old := exCrashed(t, store, r, "crashed", tc.created)
 
 			ex, err := New(&Config{Runner: r, Store: store, Logger: exLogger(t)})
@@ -1091,7 +1055,7 @@ func TestProgressCoalescedWhileOnEventIsSlow(t *testing.T) {
 				once.Do(func() { <-gate }) // a slow consumer, once
 			}
 		}
-		x, err := b.ex.Start(t.Context(), exChain(), map[string]any{"s": "x"}, b.opts())
+		x, err := b.ex.Start(t.Context(), chainGraph(), map[string]any{"s": "x"}, b.opts())
 		require.NoError(t, err)
 		j := b.fr.next(t)
 		synctest.Wait()
@@ -1157,7 +1121,7 @@ func TestMailboxCoalescesOnlyTheLastProgress(t *testing.T) {
 func TestResumeCompletedReplaysItsEnd(t *testing.T) {
 	t.Parallel()
 	b := exSetup(t, exOpts{})
-	first, err := b.ex.Run(t.Context(), exChain(), map[string]any{"s": "x"}, &RunOpts{ID: "done"})
+	first, err := b.ex.Run(t.Context(), chainGraph(), map[string]any{"s": "x"}, &RunOpts{ID: "done"})
 	require.NoError(t, err)
 	x, err := b.ex.Resume(t.Context(), "done", b.opts())
 	require.NoError(t, err)
@@ -1190,7 +1154,7 @@ func TestRetryJobIsSavedWhenQueued(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := exSetup(t, exOpts{hold: true})
-		g := exChain()
+		g := chainGraph()
 		g.Nodes[1].Config.(*WorkflowConfig).Retries = 1
 		x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "x"}, b.opts())
 		require.NoError(t, err)

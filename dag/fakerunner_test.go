@@ -265,3 +265,39 @@ func fakeText(wf comfy.Workflow) string {
 	tag, _ := n.Inputs["tag"].(string)
 	return tag + "(" + strings.Join(args, ",") + ")"
 }
+
+// idemRunner is a fakeRunner that honours EnqueueOpts.IdempotencyKey
+// as *pool.Pool does: a key already used returns the job enqueued with it
+// (for as long as the pool retains it: an hour by default).
+type idemRunner struct {
+	*fakeRunner
+	mu   sync.Mutex
+	keys map[string]string // idempotency key -> job ID
+}
+
+func newIdemRunner(hold bool) *idemRunner {
+	return &idemRunner{fakeRunner: newFakeRunner(hold), keys: map[string]string{}}
+}
+
+func (r *idemRunner) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if opts != nil && opts.IdempotencyKey != "" {
+		if id, ok := r.keys[opts.IdempotencyKey]; ok {
+			return id, nil
+		}
+	}
+	id, err := r.fakeRunner.Enqueue(ctx, wf, opts)
+	if err == nil && opts != nil && opts.IdempotencyKey != "" {
+		r.keys[opts.IdempotencyKey] = id
+	}
+	return id, err
+}
+
+// chainGraph is in.s -> A -> out.result.
+func chainGraph() *Graph {
+	return &Graph{
+		Nodes: []Node{exInput("in", exStr("s")), exWF("A", "a"), exOutput("out")},
+		Edges: []Edge{Connect("in.s", "A.a"), Connect("A.text", "out.result")},
+	}
+}
