@@ -22,7 +22,9 @@ type Runner interface {
 // has, for backend affinity, FallbackAsk and FallbackAuto. Without it a
 // node's Backend and Fallback are passed to the Runner as a preference.
 type BackendLister interface {
-	Stats(ctx context.Context) pool.Stats
+	// Backends returns every backend's state, load and tags
+	// (pool.Pool.Backends); it is called for each node placed.
+	Backends() []pool.BackendStats
 	// SystemStats returns a backend's /system_stats (free VRAM).
 	SystemStats(ctx context.Context, backend string) (*comfy.SystemStats, error)
 }

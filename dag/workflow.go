@@ -509,10 +509,10 @@ func (w *wfRunner) cancelJob(ctx context.Context, node, id string) (err error) {
 	return w.d.Runner.Cancel(cctx, id)
 }
 
-// stats calls BackendLister.Stats; a panic becomes a *PanicError.
-func (w *wfRunner) stats(ctx context.Context) (st pool.Stats, err error) {
-	defer recoverTo(&err, "Runner.Stats")
-	return w.lister.Stats(ctx), nil
+// backends calls BackendLister.Backends; a panic becomes a *PanicError.
+func (w *wfRunner) backends() (bs []pool.BackendStats, err error) {
+	defer recoverTo(&err, "Runner.Backends")
+	return w.lister.Backends(), nil
 }
 
 // systemStats calls BackendLister.SystemStats; a panic becomes a
@@ -592,12 +592,12 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 		}
 		return opts, "", nil
 	}
-	stats, err := w.stats(ctx)
+	all, err := w.backends()
 	if err != nil {
 		return nil, "", err
 	}
 	var avail []pool.BackendStats
-	for _, b := range stats.Backends {
+	for _, b := range all {
 		if eligible(b, cfg.Capabilities, failed) {
 			avail = append(avail, b)
 		}
@@ -608,7 +608,7 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 	} else {
 		why := "the node names no backend"
 		if cfg.Backend != "" {
-			why = "backend " + strconv.Quote(cfg.Backend) + " is " + unavailableReason(stats.Backends, cfg.Backend, cfg.Capabilities, failed)
+			why = "backend " + strconv.Quote(cfg.Backend) + " is " + unavailableReason(all, cfg.Backend, cfg.Capabilities, failed)
 		}
 		fallback := cmp.Or(cfg.Fallback, FallbackNone)
 		noneLeft := func() error {
@@ -652,7 +652,7 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 			return nil, "", fmt.Errorf("%w: %s (fallback %s)", ErrNoBackend, why, fallback)
 		}
 	}
-	for _, b := range stats.Backends {
+	for _, b := range all {
 		if b.Name != choice {
 			opts.ExcludeBackends = append(opts.ExcludeBackends, b.Name)
 		}

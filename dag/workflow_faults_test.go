@@ -38,17 +38,17 @@ func TestWorkflowReusedExecutionIDDoesNotReturnOldJobs(t *testing.T) {
 	assert.Equal(t, "A(tuesday)", run("tuesday").Outputs["result"], "new inputs, old job")
 }
 
-// reviewListerRunner is a fakeRunner that is also a BackendLister with
+// listerRunner is a fakeRunner that is also a BackendLister with
 // two connected backends.
-type reviewListerRunner struct{ *fakeRunner }
+type listerRunner struct{ *fakeRunner }
 
-func (reviewListerRunner) Stats(context.Context) pool.Stats {
-	return pool.Stats{Backends: []pool.BackendStats{
+func (listerRunner) Backends() []pool.BackendStats {
+	return []pool.BackendStats{
 		{Name: "gpu-0", State: comfy.StateConnected}, {Name: "gpu-1", State: comfy.StateConnected},
-	}}
+	}
 }
 
-func (reviewListerRunner) SystemStats(context.Context, string) (*comfy.SystemStats, error) {
+func (listerRunner) SystemStats(context.Context, string) (*comfy.SystemStats, error) {
 	return nil, errors.New("no stats")
 }
 
@@ -69,7 +69,7 @@ func TestWorkflowAskBackendPanicFailsTheNode(t *testing.T) {
 }
 
 func reviewAskPanic(t *testing.T) {
-	r := reviewListerRunner{newFakeRunner(false)}
+	r := listerRunner{newFakeRunner(false)}
 	ex, err := New(&Config{Runner: r, Logger: exLogger(t), AskBackend: func(context.Context, *BackendRequest) (string, error) {
 		panic("user bug")
 	}})

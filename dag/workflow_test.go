@@ -1088,11 +1088,11 @@ func (r *wftPanicRunner) Cancel(ctx context.Context, id string) error {
 	return r.fakeRunner.Cancel(ctx, id)
 }
 
-func (r *wftPanicRunner) Stats(context.Context) pool.Stats {
-	r.boom("Stats")
-	return pool.Stats{Backends: []pool.BackendStats{
+func (r *wftPanicRunner) Backends() []pool.BackendStats {
+	r.boom("Backends")
+	return []pool.BackendStats{
 		{Name: "gpu-0", State: comfy.StateConnected}, {Name: "gpu-1", State: comfy.StateConnected},
-	}}
+	}
 }
 
 func (r *wftPanicRunner) SystemStats(context.Context, string) (*comfy.SystemStats, error) {
@@ -1102,7 +1102,7 @@ func (r *wftPanicRunner) SystemStats(context.Context, string) (*comfy.SystemStat
 
 func TestWorkflowPanicFailsTheNodeWithoutRetry(t *testing.T) {
 	t.Parallel()
-	for _, in := range []string{"Enqueue", "Wait", "Cancel", "Stats", "SystemStats", "AskBackend"} {
+	for _, in := range []string{"Enqueue", "Wait", "Cancel", "Backends", "SystemStats", "AskBackend"} {
 		t.Run(in, func(t *testing.T) {
 			t.Parallel()
 			pr := &wftPanicRunner{fakeRunner: newFakeRunner(in == "Cancel"), in: in}
@@ -1145,7 +1145,7 @@ func TestWorkflowPanicFailsTheNodeWithoutRetry(t *testing.T) {
 				require.ErrorIs(t, err, ErrCancelled, "the node was cancelled all the same")
 			case "Wait":
 				assert.Equal(t, []string{"x"}, pr.Cancelled(), "a job whose Wait panicked is cancelled")
-			case "Enqueue", "Stats", "SystemStats", "AskBackend":
+			case "Enqueue", "Backends", "SystemStats", "AskBackend":
 				assert.Zero(t, r.runs)
 			}
 		})

@@ -353,22 +353,13 @@ type Stats struct {
 	Queue *queue.Stats
 }
 
-// Stats returns a snapshot of the Pool's counters.
+// Stats returns a snapshot of the Pool's counters. It counts the job
+// records the Pool holds (Config.MaxRetained of them at most) and asks the
+// queue for its own: for the backends alone, Backends is cheaper.
 func (p *Pool) Stats(ctx context.Context) Stats {
 	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
-	backends := p.list()
-	// Client state is read outside p.mu: the client has locks of its own.
-	states := make([]comfy.State, len(backends))
-	queues := make([]int, len(backends))
-	for i, b := range backends {
-		states[i] = b.client.State()
-		queues[i], _ = b.client.LastQueueRemaining()
-	}
+	s.Backends = p.Backends()
 	p.mu.Lock()
-	for i, b := range backends {
-		s.Backends = append(s.Backends, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, ServerQueue: queues[i],
-			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
-	}
 	for _, j := range p.jobs {
 		s.Jobs[j.status]++
 	}
@@ -377,6 +368,29 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 		s.Queue = qs
 	}
 	return s
+}
+
+// Backends returns a snapshot of every backend: its state, its load and
+// its capabilities (Stats.Backends, without the job and queue counts). It
+// does no I/O and takes time in the number of backends only, so a
+// scheduler may call it for each decision.
+func (p *Pool) Backends() []BackendStats {
+	backends := p.list()
+	// Client state is read outside p.mu: the client has locks of its own.
+	states := make([]comfy.State, len(backends))
+	queues := make([]int, len(backends))
+	for i, b := range backends {
+		states[i] = b.client.State()
+		queues[i], _ = b.client.LastQueueRemaining()
+	}
+	out := make([]BackendStats, 0, len(backends))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, b := range backends {
+		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, ServerQueue: queues[i],
+			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
+	}
+	return out
 }
 
 // View downloads an output file from the backend that produced it (see
