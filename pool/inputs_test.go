@@ -213,7 +213,8 @@ func TestSystemStatsAndBackendTags(t *testing.T) {
 		assert.Empty(t, stats.Backends[0].Tags)
 		assert.Equal(t, []string{"sdxl"}, stats.Backends[1].Tags)
 		assert.Zero(t, stats.Backends[0].ServerQueue)
-		assert.Equal(t, stats.Backends, b.pool.Backends(), "Backends is Stats' backend part")
+		synctest.Wait() // the clients' states settle
+		assert.Equal(t, b.pool.Stats(t.Context()).Backends, b.pool.Backends(), "Backends is Stats' backend part")
 
 		// Another client of gpu-0's server queues two prompts there.
 		other, err := comfy.NewClient(b.servers[0].URL, &comfy.ClientOptions{HTTPClient: b.servers[0].Client(), Logger: slog.New(slog.DiscardHandler)})
