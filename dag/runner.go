@@ -34,3 +34,10 @@ type BackendLister interface {
 type Subscriber interface {
 	Subscribe(kinds ...pool.EventKind) (<-chan pool.Event, func())
 }
+
+// *pool.Pool is the Runner the package is built for.
+var (
+	_ Runner        = (*pool.Pool)(nil)
+	_ BackendLister = (*pool.Pool)(nil)
+	_ Subscriber    = (*pool.Pool)(nil)
+)
