@@ -12,8 +12,9 @@ import (
 // Graph is a directed acyclic graph of nodes joined by edges from an
 // output port to an input port. Its JSON form (see Node.MarshalJSON) is
 // meant to be stored: ParseGraph reads it back. Validate checks a graph
-// before it runs. A Graph is a plain value: do not modify it while an
-// execution of it runs (Executor.Start copies what it needs).
+// before it runs. A Graph is a plain value, not safe to modify while an
+// execution of it runs: the execution reads its nodes' configurations
+// (workflows included) as they are.
 type Graph struct {
 	// Nodes are the graph's nodes; their IDs are unique and non-empty.
 	Nodes []Node `json:"nodes"`
