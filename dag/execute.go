@@ -45,6 +45,10 @@ type Executor struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup // every goroutine: execution loops and nodes
+	// hub routes the Runner's job events to the executions (one
+	// subscription for all); nil when the Runner is not a Subscriber.
+	// Close closes it once every execution ended.
+	hub *eventHub
 
 	mu      sync.Mutex
 	closed  bool
@@ -58,6 +62,10 @@ type Executor struct {
 // the Executor; a Store given in cfg is never closed by it); zero
 // Parallelism means DefaultParallelism; nil Logger means slog.Default().
 // The errors name the field at fault.
+//
+// When the Runner is a Subscriber, the Executor subscribes once to its
+// job events (shared by every execution) and keeps one goroutine routing
+// them until Close returned nil: an Executor must be closed.
 //
 // No Store forgets an execution by itself: the default MemoryStore keeps
 // the checkpoint of every execution (graph, inputs, every node's outputs,
@@ -83,14 +91,18 @@ func New(cfg *Config) (*Executor, error) {
 		c.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Executor{
+	ex := &Executor{
 		cfg:    c,
 		log:    c.Logger.With(slog.String("component", "dag")),
 		ctx:    ctx,
 		cancel: cancel,
 		active: make(map[string]*Execution),
 		idle:   make(chan struct{}),
-	}, nil
+	}
+	if s, ok := c.Runner.(Subscriber); ok {
+		ex.hub = newEventHub(s)
+	}
+	return ex, nil
 }
 
 // Close cancels every running execution (their running nodes are
@@ -98,7 +110,8 @@ func New(cfg *Config) (*Executor, error) {
 // end with StatusCancelled, their checkpoints ready for Resume) and waits
 // until they ended, or until ctx ends (then it returns ctx.Err() and may
 // be called again; a running node waits for Runner.Cancel of its job for
-// up to one minute). After Close, Start, Run and Resume return ErrClosed.
+// up to one minute). Once they ended, it unsubscribes from the Runner's
+// events. After Close, Start, Run and Resume return ErrClosed.
 func (ex *Executor) Close(ctx context.Context) error {
 	ex.mu.Lock()
 	if !ex.closed {
@@ -117,6 +130,10 @@ func (ex *Executor) Close(ctx context.Context) error {
 	// Every execution loop has ended, after the last of its nodes
 	// returned: what is left of their goroutines is about to exit.
 	ex.wg.Wait()
+	// No execution is left to route job events to.
+	if ex.hub != nil {
+		ex.hub.close()
+	}
 	return nil
 }
 
@@ -724,7 +741,7 @@ func (m *mailbox) close() {
 // loop schedules the execution; it owns all the scheduling state.
 func (x *Execution) loop() {
 	x.wf = newWFRunner(wfDeps{
-		Runner: x.ex.cfg.Runner, Store: x.ex.cfg.Store, Ask: x.ex.cfg.AskBackend,
+		Runner: x.ex.cfg.Runner, Store: x.ex.cfg.Store, Ask: x.ex.cfg.AskBackend, Hub: x.ex.hub,
 		Log: x.log, Execution: x.id, Token: jobToken(&x.rec), Report: x,
 	})
 	x.emit(Event{Kind: EventExecutionState, Status: StatusRunning})

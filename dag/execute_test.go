@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -604,12 +606,92 @@ func TestCloseBoundedByContext(t *testing.T) {
 		select {
 		case <-x.Done():
 			t.Fatal("the execution ended while its node was still being cancelled")
+		case <-b.ex.hub.done:
+			t.Fatal("the event hub was closed while an execution runs")
 		default:
 		}
 		close(b.fr.cancelBlock)
 		assert.NoError(t, b.ex.Close(t.Context()), "Close again")
+		select {
+		case <-b.ex.hub.done:
+		default:
+			t.Fatal("Close left the event hub running")
+		}
 		_, err = x.Wait(t.Context())
 		assert.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+// exCountingRunner is a fakeRunner that counts its Subscribe calls.
+type exCountingRunner struct {
+	*fakeRunner
+	nsub atomic.Int32
+}
+
+func (r *exCountingRunner) Subscribe(kinds ...pool.EventKind) (<-chan pool.Event, func()) {
+	r.nsub.Add(1)
+	return r.fakeRunner.Subscribe(kinds...)
+}
+
+func TestOneSubscriptionPerExecutor(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const n = 5
+		r := &exCountingRunner{fakeRunner: newFakeRunner(true)}
+		ex, err := New(&Config{Runner: r, Logger: exLogger(t)})
+		require.NoError(t, err)
+		evs := make([]*exEvents, n)
+		xs := make([]*Execution, n)
+		for i := range n {
+			evs[i] = &exEvents{}
+			xs[i], err = ex.Start(t.Context(), chainGraph(), map[string]any{"s": fmt.Sprint("x", i)}, &RunOpts{OnEvent: evs[i].add})
+			require.NoError(t, err)
+		}
+		// Each execution's job, by its input.
+		jobs := make([]*fakeJob, n)
+		for range n {
+			j := r.next(t)
+			var i int
+			_, err := fmt.Sscanf(j.WF["1"].Inputs["a"].(string), "x%d", &i)
+			require.NoError(t, err)
+			jobs[i] = j
+		}
+		synctest.Wait() // the job:started events were routed
+		for i, j := range jobs {
+			j.progress(i+1, 10)
+		}
+		synctest.Wait()
+		for i, j := range jobs {
+			var running []Event
+			var values []int
+			for _, e := range evs[i].all() {
+				switch {
+				case e.Kind == EventNodeState && e.State == NodeRunning:
+					running = append(running, e)
+				case e.Kind == EventNodeProgress:
+					values = append(values, e.Value)
+				}
+			}
+			// The job is held: running can only come from job:started.
+			if assert.Len(t, running, 1, i) {
+				assert.Equal(t, "A", running[0].Node)
+				assert.Equal(t, "fake-1", running[0].Backend)
+				assert.Equal(t, j.ID, running[0].JobID)
+			}
+			assert.Equal(t, []int{i + 1}, values, "execution %d gets its own job's progress only", i)
+		}
+		for _, j := range jobs {
+			j.finish()
+		}
+		for _, x := range xs {
+			_, err := x.Wait(t.Context())
+			require.NoError(t, err)
+		}
+		assert.EqualValues(t, 1, r.nsub.Load(), "one subscription for every execution")
+		require.NoError(t, ex.Close(t.Context()))
+		r.mu.Lock()
+		assert.Empty(t, r.fakeRunner.subs, "Close unsubscribed")
+		r.mu.Unlock()
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -38,14 +39,15 @@ const (
 	// that does not answer in time counts as having no free VRAM.
 	vramTimeout = 2 * time.Second
 	// maxEarlyJobs bounds the job ids whose events arrived while an
-	// Enqueue was in flight (see wfRunner.early).
+	// Enqueue was in flight (see eventHub.early).
 	maxEarlyJobs = 256
 )
 
 // reporter receives a WORKFLOW node's progress; the execution implements
-// it. Its methods are called from the node's goroutine (or the wfRunner's
-// event goroutine) and must not block for long. For one runner they are
-// never called concurrently, and for one job nodeQueued comes first.
+// it. Its methods are called from the node's goroutine (or the eventHub's
+// goroutine, shared by every execution of an Executor) and must not block
+// for long. For one runner they are never called concurrently, and for one
+// job nodeQueued comes first.
 type reporter interface {
 	nodeQueued(node, jobID string)
 	nodeRunning(node, backend, jobID string)
@@ -59,6 +61,11 @@ type wfDeps struct {
 	Ask       AskBackendFunc
 	Log       *slog.Logger
 	Execution string
+	// Hub routes the Runner's job events to this runner; the Executor's
+	// (shared by its executions, not closed by the runner). Nil: when the
+	// Runner is a Subscriber, the runner makes a hub of its own and closes
+	// it in close.
+	Hub *eventHub
 	// Token is a value unique to this execution's record, stable across
 	// Resume (the record's creation time). It is part of every job's
 	// idempotency key, so that an execution ID used again (after
@@ -82,32 +89,24 @@ type wfResult struct {
 // wfRunner runs the WORKFLOW nodes of one execution. Its methods may be
 // called concurrently (one run per node at a time), except close.
 //
-// When the Runner is a Subscriber, the wfRunner subscribes once to the
-// job:started and job:progress events and one goroutine (stopped by close)
-// maps each event's job to its node and reports it. A job may start before
-// Enqueue returned its id: while an Enqueue is in flight the events of
-// unknown jobs are kept (the last job:started and the last job:progress of
-// at most maxEarlyJobs jobs, oldest dropped first) and replayed when the id
-// is registered. The subscription carries the events of every job of the
-// Runner (pool events say nothing of the execution): when no Enqueue is in
-// flight an unknown job is another execution's (or one of ours that ended)
-// and its events are dropped at once, and the kept events are dropped when
-// the last Enqueue in flight ended.
+// When the Runner is a Subscriber, an eventHub (wfDeps.Hub, else one of
+// the runner's own) routes the job:started and job:progress events of the
+// runner's jobs to it, and the runner maps each job to its node and reports
+// it. A job may start before Enqueue returned its id: the hub keeps such
+// events while an Enqueue is in flight and hands them over when the id is
+// registered (see eventHub).
 type wfRunner struct {
 	d      wfDeps
 	log    *slog.Logger
 	lister BackendLister // nil when the Runner is not one
+	hub    *eventHub     // nil without a Subscriber
+	ownHub bool          // hub is the runner's own: close closes it
 
-	stop      chan struct{} // closed by close
-	done      chan struct{} // closed when the event goroutine returned; nil without a Subscriber
-	unsub     func()
 	closeOnce sync.Once
 
-	mu         sync.Mutex // guards the fields below and serialises the reporter calls
-	jobs       map[string]*jobEntry
-	enqueuing  int // Enqueue calls in flight (from beginEnqueue to endEnqueue)
-	early      map[string]*earlyEvents
-	earlyOrder []string // keys of early, oldest first
+	mu     sync.Mutex // guards the fields below and serialises the reporter calls
+	jobs   map[string]*jobEntry
+	closed bool // set by close: nothing is reported any more
 }
 
 // jobEntry is a job of the execution whose events are reported.
@@ -117,90 +116,53 @@ type jobEntry struct {
 	backend string // where it last started
 }
 
-// earlyEvents are the events of a job not registered yet.
-type earlyEvents struct {
-	started, progress *pool.Event
-}
-
 // newWFRunner returns the runner of one execution's WORKFLOW nodes.
 func newWFRunner(d wfDeps) *wfRunner {
 	if d.Report == nil {
 		d.Report = nopReporter{}
 	}
 	w := &wfRunner{
-		d:     d,
-		log:   cmp.Or(d.Log, slog.Default()), // the execution's: it names the execution
-		stop:  make(chan struct{}),
-		jobs:  map[string]*jobEntry{},
-		early: map[string]*earlyEvents{},
+		d:    d,
+		log:  cmp.Or(d.Log, slog.Default()), // the execution's: it names the execution
+		jobs: map[string]*jobEntry{},
+		hub:  d.Hub,
 	}
 	w.lister, _ = d.Runner.(BackendLister)
-	if s, ok := d.Runner.(Subscriber); ok {
-		ch, unsub := s.Subscribe(pool.EventJobStarted, pool.EventJobProgress)
-		w.unsub = unsub
-		w.done = make(chan struct{})
-		go w.events(ch)
+	if s, ok := d.Runner.(Subscriber); ok && w.hub == nil {
+		w.hub, w.ownHub = newEventHub(s), true
 	}
 	return w
 }
 
-// close stops the runner's goroutines; called once, after the last run
-// returned. It waits for the event goroutine to return.
+// close stops reporting; called after the last run returned. It closes
+// the runner's own hub (waiting for its goroutine), not a shared one.
+// After close returns, no reporter method is called any more.
 func (w *wfRunner) close() {
 	w.closeOnce.Do(func() {
-		close(w.stop)
-		if w.unsub != nil {
-			w.unsub()
+		w.mu.Lock()
+		w.closed = true
+		ids := slices.Collect(maps.Keys(w.jobs)) // none unless a run leaked its job
+		clear(w.jobs)
+		w.mu.Unlock()
+		if w.hub == nil {
+			return
 		}
-		if w.done != nil {
-			<-w.done
+		for _, id := range ids {
+			w.hub.unregister(w, id)
+		}
+		if w.ownHub {
+			w.hub.close()
 		}
 	})
 }
 
-// events reports the job events of ch until close or until ch closes.
-func (w *wfRunner) events(ch <-chan pool.Event) {
-	defer close(w.done)
-	for {
-		select {
-		case <-w.stop:
-			return
-		case e, ok := <-ch:
-			if !ok {
-				return
-			}
-			w.event(e)
-		}
-	}
-}
-
-// event reports e if its job is registered, else keeps it for endEnqueue
-// while an Enqueue is in flight.
+// event reports e if its job is registered (the hub's goroutine calls it,
+// without the hub's lock).
 func (w *wfRunner) event(e pool.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if j := w.jobs[e.JobID]; j != nil {
+	if j := w.jobs[e.JobID]; j != nil && !w.closed {
 		w.reportLocked(j, e)
-		return
-	}
-	if w.enqueuing == 0 {
-		return // not a job of ours, or one that ended
-	}
-	ee := w.early[e.JobID]
-	if ee == nil {
-		if len(w.earlyOrder) >= maxEarlyJobs {
-			delete(w.early, w.earlyOrder[0])
-			w.earlyOrder = slices.Delete(w.earlyOrder, 0, 1)
-		}
-		ee = &earlyEvents{}
-		w.early[e.JobID] = ee
-		w.earlyOrder = append(w.earlyOrder, e.JobID)
-	}
-	switch e.Kind {
-	case pool.EventJobStarted:
-		ee.started, ee.progress = &e, nil // a new attempt: its progress starts over
-	case pool.EventJobProgress:
-		ee.progress = &e
 	}
 }
 
@@ -218,39 +180,36 @@ func (w *wfRunner) reportLocked(j *jobEntry, e pool.Event) {
 }
 
 // beginEnqueue notes an Enqueue in flight: from now until its endEnqueue
-// the events of unknown jobs are kept (see event).
+// the hub keeps the events of unknown jobs.
 func (w *wfRunner) beginEnqueue() {
-	w.mu.Lock()
-	w.enqueuing++
-	w.mu.Unlock()
+	if w.hub != nil {
+		w.hub.beginEnqueue()
+	}
 }
 
 // endEnqueue ends the Enqueue that beginEnqueue noted. When it returned a
-// job id (id != ""), it reports that node's job was queued and replays the
-// job's early events. When no other Enqueue is in flight, the early events
-// left (other jobs') are dropped.
+// job id (id != ""), it reports that node's job was queued, registers the
+// job with the hub and reports the job's early events, before any later
+// one (the hub reports those to w under w.mu, held here).
 func (w *wfRunner) endEnqueue(node, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.enqueuing--
+	var j *jobEntry
 	if id != "" {
 		w.d.Report.nodeQueued(node, id)
-		j := &jobEntry{node: node}
+		j = &jobEntry{node: node}
 		w.jobs[id] = j
-		if ee := w.early[id]; ee != nil {
-			delete(w.early, id)
-			w.earlyOrder = slices.DeleteFunc(w.earlyOrder, func(s string) bool { return s == id })
-			if ee.started != nil {
-				w.reportLocked(j, *ee.started)
-			}
-			if ee.progress != nil {
-				w.reportLocked(j, *ee.progress)
-			}
-		}
 	}
-	if w.enqueuing == 0 && len(w.earlyOrder) > 0 {
-		clear(w.early)
-		w.earlyOrder = w.earlyOrder[:0]
+	if w.hub == nil {
+		return
+	}
+	if ee := w.hub.endEnqueue(w, id); ee != nil {
+		if ee.started != nil {
+			w.reportLocked(j, *ee.started)
+		}
+		if ee.progress != nil {
+			w.reportLocked(j, *ee.progress)
+		}
 	}
 }
 
@@ -259,6 +218,9 @@ func (w *wfRunner) endEnqueue(node, id string) {
 // no job:started was seen for it (no Subscriber, a dropped event, or a job
 // that started before a resume), nodeRunning is reported now.
 func (w *wfRunner) unregister(id, backend string) string {
+	if w.hub != nil {
+		w.hub.unregister(w, id)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	j := w.jobs[id]

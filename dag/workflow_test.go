@@ -879,7 +879,7 @@ func TestWorkflowWithoutOptionalInterfaces(t *testing.T) {
 		b := wftSetup(t, 2, wftFailingInvert, nil)
 		w := b.runner(wftOnlyRunner1(b.pool))
 		assert.Nil(t, w.lister)
-		assert.Nil(t, w.done, "no event goroutine")
+		assert.Nil(t, w.hub, "no event hub")
 
 		// Backend is a preference; nodeRunning comes with the result.
 		r, err := w.run(t.Context(), wftNode("x28", &WorkflowConfig{Workflow: wftParse(t, wftGenWF), Backend: "gpu-1", Fallback: FallbackNone}), nil, 0)
@@ -972,9 +972,11 @@ func TestWorkflowReplaysEarlyEvents(t *testing.T) {
 		// events are dropped at once.
 		er.ch <- pool.Event{Kind: pool.EventJobStarted, JobID: "j99"}
 		synctest.Wait()
-		w.mu.Lock()
-		assert.Empty(t, w.early)
-		w.mu.Unlock()
+		require.True(t, w.ownHub, "a hub of its own")
+		h := w.hub
+		h.mu.Lock()
+		assert.Empty(t, h.early)
+		h.mu.Unlock()
 
 		// Early events are bounded.
 		w.beginEnqueue()
@@ -982,18 +984,18 @@ func TestWorkflowReplaysEarlyEvents(t *testing.T) {
 			er.ch <- pool.Event{Kind: pool.EventJobStarted, JobID: fmt.Sprint("j", 100+i)}
 		}
 		synctest.Wait()
-		w.mu.Lock()
-		assert.Len(t, w.early, maxEarlyJobs)
-		assert.Len(t, w.earlyOrder, maxEarlyJobs)
-		assert.NotContains(t, w.early, "j100", "the oldest went first")
-		w.mu.Unlock()
+		h.mu.Lock()
+		assert.Len(t, h.early, maxEarlyJobs)
+		assert.Len(t, h.earlyOrder, maxEarlyJobs)
+		assert.NotContains(t, h.early, "j100", "the oldest went first")
+		h.mu.Unlock()
 
 		// The last Enqueue in flight ended: what is left is not ours.
 		w.endEnqueue("x", "")
-		w.mu.Lock()
-		assert.Empty(t, w.early)
-		assert.Empty(t, w.earlyOrder)
-		w.mu.Unlock()
+		h.mu.Lock()
+		assert.Empty(t, h.early)
+		assert.Empty(t, h.earlyOrder)
+		h.mu.Unlock()
 		assert.Len(t, rep.all(), 3, "nothing reported")
 	})
 }
