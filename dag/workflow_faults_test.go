@@ -17,27 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Finding 3 (fixed: wfDeps.Token in the key). workflow.go:323: the
-// idempotency key was execution ID, node and run number only. An execution ID used again — by a second Executor
-// with its own Store on the same pool, or after Store.Delete — reuses the
-// keys of the first run, and the pool (which keeps keys for
-// Config.Retention, 1h by default) answers with the old jobs: the new
-// execution silently returns the old execution's outputs for new inputs.
-func TestWorkflowReusedExecutionIDDoesNotReturnOldJobs(t *testing.T) {
-	t.Parallel()
-	r := newIdemRunner(false)
-	run := func(s string) *Result {
-		ex, err := New(&Config{Runner: r, Logger: exLogger(t)}) // its own MemoryStore
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, ex.Close(context.Background())) }()
-		res, err := ex.Run(t.Context(), chainGraph(), map[string]any{"s": s}, &RunOpts{ID: "nightly"})
-		require.NoError(t, err)
-		return res
-	}
-	assert.Equal(t, "A(monday)", run("monday").Outputs["result"])
-	assert.Equal(t, "A(tuesday)", run("tuesday").Outputs["result"], "new inputs, old job")
-}
-
 // listerRunner is a fakeRunner that is also a BackendLister with
 // two connected backends.
 type listerRunner struct{ *fakeRunner }
