@@ -1,8 +1,8 @@
 package dag
 
-// Regression tests of problems a review found in workflow.go: a reused
-// execution ID getting old jobs back, a user panic killing the process,
-// deterministic failures retried. Each comment says what went wrong.
+// Regression tests of problems a review found in workflow.go: a user
+// panic killing the process, deterministic failures retried. Each comment
+// says what went wrong.
 
 import (
 	"context"
