@@ -197,13 +197,15 @@ func (x *Execution) waitOrCancel(ctx context.Context) (*Result, error) {
 // the execution in the Store (ErrExists when opts.ID is taken, in the
 // Store or by a running execution of this Executor) and runs it in the
 // background: ctx bounds only Start itself. Use the returned Execution to
-// wait for, follow or cancel it. g must not be modified while the
-// execution runs. After Close, Start returns ErrClosed.
+// wait for, follow or cancel it. The execution runs a copy of g (see
+// Graph.Clone): the caller may change or reuse g as soon as Start
+// returned. After Close, Start returns ErrClosed.
 func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, opts *RunOpts) (*Execution, error) {
 	o, err := runOpts(opts)
 	if err != nil {
 		return nil, err
 	}
+	g = g.Clone()
 	p, err := compile(g)
 	if err != nil {
 		return nil, err

@@ -1260,3 +1260,21 @@ func TestRetryJobIsSavedWhenQueued(t *testing.T) {
 		assert.Equal(t, 2, res.Nodes["A"].Runs)
 	})
 }
+
+// Start runs a copy of the graph: the caller may change it at once (under
+// -race, a shared graph would be a data race), and the execution runs the
+// graph as it was.
+func TestStartCopiesTheGraph(t *testing.T) {
+	t.Parallel()
+	b := exSetup(t, exOpts{})
+	g := chainGraph()
+	x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "x"}, nil)
+	require.NoError(t, err)
+	wc := g.Nodes[1].Config.(*WorkflowConfig)
+	require.NoError(t, wc.Workflow.SetInput("1", "tag", "changed"))
+	wc.Params[0].Input = "other"
+	g.Edges[1].ToPort = "elsewhere"
+	res, err := x.Wait(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "A(x)", res.Outputs["result"], "the graph as it was at Start")
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -12,14 +13,73 @@ import (
 // Graph is a directed acyclic graph of nodes joined by edges from an
 // output port to an input port. Its JSON form (see Node.MarshalJSON) is
 // meant to be stored: ParseGraph reads it back. Validate checks a graph
-// before it runs. A Graph is a plain value, not safe to modify while an
-// execution of it runs: the execution reads its nodes' configurations
-// (workflows included) as they are.
+// before it runs. A Graph is a plain value; Executor.Start works on a copy
+// (see Clone), so the caller may change or reuse it at once.
 type Graph struct {
 	// Nodes are the graph's nodes; their IDs are unique and non-empty.
 	Nodes []Node `json:"nodes"`
 	// Edges join an output port of one node to an input port of another.
 	Edges []Edge `json:"edges"`
+}
+
+// Clone returns a deep copy of g: its nodes' configurations (workflows
+// included) and edges are copied, so that changing one graph leaves the
+// other as it was. Field defaults are copied as values (a default that is
+// itself a slice or map is shared). A nil Graph gives nil.
+func (g *Graph) Clone() *Graph {
+	if g == nil {
+		return nil
+	}
+	c := &Graph{Nodes: make([]Node, len(g.Nodes)), Edges: slices.Clone(g.Edges)}
+	for i, n := range g.Nodes {
+		c.Nodes[i] = Node{ID: n.ID, Config: cloneConfig(n.Config)}
+	}
+	return c
+}
+
+// cloneConfig deep-copies a node configuration.
+func cloneConfig(nc NodeConfig) NodeConfig {
+	switch c := nc.(type) {
+	case *InputConfig:
+		if c == nil {
+			return c
+		}
+		return &InputConfig{Fields: slices.Clone(c.Fields)}
+	case *WorkflowConfig:
+		if c == nil {
+			return c
+		}
+		d := *c
+		d.Workflow = c.Workflow.Clone()
+		d.Params = slices.Clone(c.Params)
+		d.Outputs = slices.Clone(c.Outputs)
+		d.Capabilities = slices.Clone(c.Capabilities)
+		return &d
+	case *ConditionConfig:
+		if c == nil {
+			return c
+		}
+		d := *c
+		return &d
+	case *FanoutConfig:
+		if c == nil {
+			return c
+		}
+		d := *c
+		return &d
+	case *MergeConfig:
+		if c == nil {
+			return c
+		}
+		d := *c
+		return &d
+	case *OutputConfig:
+		if c == nil {
+			return c
+		}
+		return &OutputConfig{}
+	}
+	return nc // nil
 }
 
 // NodeKind is the type of a node.

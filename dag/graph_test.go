@@ -178,3 +178,44 @@ func FuzzParseGraph(f *testing.F) {
 		assert.Equal(t, string(b), string(b2))
 	})
 }
+
+func TestGraphCloneIsDeep(t *testing.T) {
+	t.Parallel()
+	g, err := ParseGraph([]byte(`{"nodes": [
+		{"id": "in", "type": "INPUT", "config": {"fields": [{"name": "s", "type": "string", "default": "x"}]}},
+		{"id": "w", "type": "WORKFLOW", "config": {"workflow": {"1": {"class_type": "PrimitiveString", "inputs": {"value": "a"}}},
+			"params": [{"name": "s", "type": "string", "node": "1", "input": "value"}], "capabilities": ["sdxl"]}},
+		{"id": "c", "type": "CONDITION", "config": {"expr": "true"}},
+		{"id": "f", "type": "FANOUT", "config": {"count": 2}},
+		{"id": "m", "type": "MERGE", "config": {}},
+		{"id": "out", "type": "OUTPUT", "config": {}}],
+		"edges": [{"from": "in", "from_port": "s", "to": "w", "to_port": "s"}]}`))
+	require.NoError(t, err)
+	before, err := json.Marshal(g)
+	require.NoError(t, err)
+	c := g.Clone()
+	after, err := json.Marshal(c)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(before), string(after), "an equal copy")
+
+	// Change everything reachable in the copy: the original stays.
+	wc := c.Nodes[1].Config.(*WorkflowConfig)
+	require.NoError(t, wc.Workflow.SetInput("1", "value", "changed"))
+	wc.Params[0].Input = "other"
+	wc.Capabilities[0] = "video"
+	c.Nodes[0].Config.(*InputConfig).Fields[0].Name = "t"
+	c.Nodes[2].Config.(*ConditionConfig).Expr = "false"
+	c.Nodes[3].Config.(*FanoutConfig).Count = 9
+	c.Nodes[4].Config.(*MergeConfig).Mode = MergeConcatImages
+	c.Edges[0].ToPort = "x"
+	c.Nodes[5].ID = "renamed"
+	now, err := json.Marshal(g)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(before), string(now))
+
+	assert.Nil(t, (*Graph)(nil).Clone())
+	var nilCfg *WorkflowConfig
+	n := (&Graph{Nodes: []Node{{ID: "a", Config: nilCfg}, {ID: "b"}}}).Clone()
+	assert.Equal(t, NodeConfig(nilCfg), n.Nodes[0].Config)
+	assert.Nil(t, n.Nodes[1].Config)
+}
