@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -586,4 +587,39 @@ func TestStoresConcurrentMemo(t *testing.T) {
 			assert.Equal(t, k, n%3, "k%d holds a value saved under another key", k)
 		}
 	})
+}
+
+// BenchmarkStoreSaveNode measures one checkpoint write (what every node
+// transition costs): the FileStore writes a temp file, fsyncs it, renames
+// it and fsyncs the directory.
+func BenchmarkStoreSaveNode(b *testing.B) {
+	outputs := json.RawMessage(`{"images":[{"file":{"name":"ComfyUI_00001_.png","backend":"gpu-0","ref":{"filename":"ComfyUI_00001_.png","subfolder":"","type":"output"}}}]}`)
+	for _, tc := range []struct {
+		name  string
+		store func(b *testing.B) dag.Store
+	}{
+		{"memory", func(*testing.B) dag.Store { return dag.NewMemoryStore() }},
+		{"file", func(b *testing.B) dag.Store {
+			s, err := dag.NewFileStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := tc.store(b)
+			ctx := context.Background()
+			if err := s.CreateExecution(ctx, &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Graph: json.RawMessage(`{}`)}); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				if err := s.SaveNode(ctx, "e", &dag.NodeRecord{Node: "n" + strconv.Itoa(i%100), State: dag.NodeCompleted, Outputs: outputs}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
