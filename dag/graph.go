@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/comfypool/comfypool/comfy"
 )
@@ -331,6 +333,49 @@ type WorkflowConfig struct {
 	Memoize bool `json:"memoize,omitempty"`
 	// Priority is the job's queue priority (pool.EnqueueOpts.Priority).
 	Priority int `json:"priority,omitempty"`
+	// Timeout bounds each of the node's jobs from enqueue to result
+	// (pool.Timeouts.Overall): a job still unfinished then is interrupted
+	// on its backend and the node's run fails with an error matching
+	// pool.ErrTimeout. Zero: no bound. In JSON a duration string ("90s",
+	// "5m").
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Duration is a time.Duration that is a duration string in JSON ("1m30s",
+// as time.Duration.String writes and time.ParseDuration reads); a JSON
+// number is also read, as seconds.
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case string:
+		x, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("dag: duration %q: %w", v, err)
+		}
+		*d = Duration(x)
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil || f*float64(time.Second) >= math.MaxInt64 || f*float64(time.Second) <= math.MinInt64 {
+			return fmt.Errorf("dag: duration %s seconds is out of range", v)
+		}
+		*d = Duration(f * float64(time.Second))
+	default:
+		return fmt.Errorf("dag: duration must be a string such as \"90s\" or a number of seconds, not %s", b)
+	}
+	return nil
 }
 
 // Fallback is what a WORKFLOW node does when its Backend is unavailable.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +25,7 @@ func fullGraph() *Graph {
 	gen.Retries = 2
 	gen.Memoize = true
 	gen.Priority = -3
+	gen.Timeout = Duration(90 * time.Second)
 	gen.Outputs = append(gen.Outputs, OutputPort{Name: "caption", Type: TypeString, Node: "9", Key: "text"})
 	gen.Workflow["9"] = comfy.Node{ClassType: "SaveImage", Inputs: map[string]any{"images": []any{"1", json.Number("0")}},
 		Meta: &comfy.NodeMeta{Title: "Save"}}
@@ -147,7 +149,7 @@ func FuzzParseGraph(f *testing.F) {
 			{"from": "c", "from_port": "true", "to": "o", "to_port": "r"},
 			{"from": "c", "from_port": "true", "to": "c", "to_port": "in"}]}`,
 		`{"nodes": [{"id": "w", "type": "WORKFLOW", "config": {"workflow": {"1": {"class_type": "A", "inputs": {"s": "x"}}},
-			"params": [{"name": "p", "type": "image", "node": "1", "input": "s"}], "fallback": "ask", "retries": -1}},
+			"params": [{"name": "p", "type": "image", "node": "1", "input": "s"}], "fallback": "ask", "retries": -1, "timeout": 1.5}},
 			{"id": "f", "type": "FANOUT", "config": {"count": 100000000000}}, {"id": "m", "type": "MERGE", "config": {"mode": "concat_images"}}]}`,
 	} {
 		f.Add([]byte(s))
@@ -218,4 +220,25 @@ func TestGraphCloneIsDeep(t *testing.T) {
 	n := (&Graph{Nodes: []Node{{ID: "a", Config: nilCfg}, {ID: "b"}}}).Clone()
 	assert.Equal(t, NodeConfig(nilCfg), n.Nodes[0].Config)
 	assert.Nil(t, n.Nodes[1].Config)
+}
+
+func TestDurationJSON(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(Duration(90 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, `"1m30s"`, string(b))
+	for in, want := range map[string]time.Duration{`"90s"`: 90 * time.Second, `"1h2m"`: time.Hour + 2*time.Minute, `1.5`: 1500 * time.Millisecond, `0`: 0} {
+		var d Duration
+		require.NoError(t, json.Unmarshal([]byte(in), &d), in)
+		assert.Equal(t, want, time.Duration(d), in)
+	}
+	for _, bad := range []string{`"soon"`, `true`, `[1]`, `1e300`, `"1x"`} {
+		var d Duration
+		assert.Error(t, json.Unmarshal([]byte(bad), &d), bad)
+	}
+	g, err := ParseGraph([]byte(`{"nodes": [{"id": "w", "type": "WORKFLOW", "config": {"workflow": {}, "timeout": "2m"}}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, Duration(2*time.Minute), g.Nodes[0].Config.(*WorkflowConfig).Timeout)
+	_, err = ParseGraph([]byte(`{"nodes": [{"id": "w", "type": "WORKFLOW", "config": {"workflow": {}, "timeout": "later"}}]}`))
+	assert.ErrorIs(t, err, ErrInvalidGraph)
 }

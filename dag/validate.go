@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/comfypool/comfypool/comfy"
 )
@@ -220,6 +221,9 @@ func (v *validator) checkWorkflow(i int, c *WorkflowConfig) {
 	case "", FallbackNone, FallbackAsk, FallbackAuto:
 	default:
 		v.add(i, -1, ErrBadConfig, "unknown fallback %q", c.Fallback)
+	}
+	if c.Timeout < 0 {
+		v.add(i, -1, ErrBadConfig, "timeout %s is negative", time.Duration(c.Timeout))
 	}
 	if c.Retries < 0 {
 		v.add(i, -1, ErrBadConfig, "retries %d is negative", c.Retries)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -197,6 +198,8 @@ func TestValidateProblems(t *testing.T) {
 			mutate: func(g *Graph) { workflowOf(g, "gen").Fallback = "maybe" }},
 		{name: "negative retries", kind: ErrBadConfig, nodes: []string{"gen"}, only: true,
 			mutate: func(g *Graph) { workflowOf(g, "gen").Retries = -1 }},
+		{name: "negative timeout", kind: ErrBadConfig, nodes: []string{"gen"}, only: true,
+			mutate: func(g *Graph) { workflowOf(g, "gen").Timeout = Duration(-time.Second) }},
 		{name: "field without name", kind: ErrBadConfig, nodes: []string{"in"}, only: true,
 			mutate: func(g *Graph) {
 				c := g.Nodes[0].Config.(*InputConfig)

@@ -336,6 +336,7 @@ func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig
 		return o, cancelled(ctx, err)
 	}
 	opts.Priority = cfg.Priority
+	opts.Timeouts.Overall = time.Duration(cfg.Timeout)
 	opts.Inputs = files
 	opts.IdempotencyKey = idempotencyKey(w.d.Execution, w.d.Token, node, runNo)
 	opts.Metadata = map[string]string{"dag_execution": w.d.Execution, "dag_node": node}

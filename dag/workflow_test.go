@@ -735,6 +735,23 @@ func TestWorkflowCancelInterruptsWithoutRetry(t *testing.T) {
 	})
 }
 
+// A node's Timeout bounds its job: a prompt that never ends is
+// interrupted on its backend and the run fails with pool.ErrTimeout.
+func TestWorkflowTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := wftSetup(t, 1, nil, nil)
+		w := b.runner(nil)
+		b.servers[0].HangPrompts(true)
+		start := time.Now()
+		r, err := w.run(t.Context(), wftNode("slow", &WorkflowConfig{Workflow: wftParse(t, wftGenWF), Timeout: Duration(30 * time.Second)}), nil, 0)
+		require.ErrorIs(t, err, pool.ErrTimeout)
+		assert.Equal(t, 30*time.Second, time.Since(start).Round(time.Second), "after the node's timeout (fake time)")
+		assert.Equal(t, 1, r.runs)
+		assert.NotEmpty(t, b.servers[0].Interrupts(), "the prompt was interrupted")
+	})
+}
+
 func TestWorkflowMemoize(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
