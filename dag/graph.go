@@ -331,6 +331,15 @@ type WorkflowConfig struct {
 	// execution sharing the Store) of the same exact workflow with the
 	// same inputs, instead of running it again.
 	Memoize bool `json:"memoize,omitempty"`
+	// KeepOutputs downloads the node's output files when its job
+	// completes (pool.EnqueueOpts.DownloadOutputs, bounded by the pool's
+	// MaxDownloadBytes), so that they flow on in memory and are kept in
+	// checkpoints and memo entries: children, a Resume or a memo hit no
+	// longer need the backend that made them to still hold them (or to be
+	// up). A child on that same backend still reads the file in place.
+	// It costs memory and checkpoint size; without it files stay on the
+	// backend and move only when a child runs elsewhere.
+	KeepOutputs bool `json:"keep_outputs,omitempty"`
 	// Priority is the job's queue priority (pool.EnqueueOpts.Priority).
 	Priority int `json:"priority,omitempty"`
 	// Timeout bounds each of the node's jobs from enqueue to result

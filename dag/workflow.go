@@ -337,6 +337,7 @@ func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig
 	}
 	opts.Priority = cfg.Priority
 	opts.Timeouts.Overall = time.Duration(cfg.Timeout)
+	opts.DownloadOutputs = cfg.KeepOutputs
 	opts.Inputs = files
 	opts.IdempotencyKey = idempotencyKey(w.d.Execution, w.d.Token, node, runNo)
 	opts.Metadata = map[string]string{"dag_execution": w.d.Execution, "dag_node": node}
@@ -800,16 +801,17 @@ func paramValue(p Param, v any) (any, *File, error) {
 	return nil, nil, fmt.Errorf("unsupported param type %q", p.Type)
 }
 
-// inputFile returns the pool input file of image param p: its Data when
-// the file is in memory, else a Source on the backend that holds it.
+// inputFile returns the pool input file of image param p: a Source on the
+// backend that holds the file (read in place there, moved from there to
+// other backends) and its Data when it is in memory (uploaded from memory
+// to other backends).
 func inputFile(node string, p Param, f *File) (pool.InputFile, error) {
 	in := pool.InputFile{Name: plainName(node, p, f.Name), Targets: []pool.InputTarget{{Node: p.Node, Input: p.Input}}}
-	switch {
-	case f.Data != nil:
-		in.Data = f.Data
-	case f.Backend != "" && f.Ref.Filename != "":
+	if f.Backend != "" && f.Ref.Filename != "" {
 		in.Source = &pool.FileSource{Backend: f.Backend, Ref: f.Ref}
-	default:
+	}
+	in.Data = f.Data
+	if in.Data == nil && in.Source == nil {
 		return in, fmt.Errorf("image %q has neither data nor a backend and ref", f.Name)
 	}
 	return in, nil

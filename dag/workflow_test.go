@@ -405,6 +405,47 @@ func TestWorkflowImageMovesBetweenBackends(t *testing.T) {
 	})
 }
 
+// KeepOutputs brings a node's files into memory: its children get them
+// even when the backend that made them is gone, and one on that backend
+// still reads its file in place.
+func TestWorkflowKeepOutputs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := wftSetup(t, 3, nil, nil)
+		w := b.runner(nil)
+		gen, err := w.run(t.Context(), wftNode("gen", &WorkflowConfig{Workflow: wftParse(t, wftGenWF), Backend: "gpu-0", KeepOutputs: true}), nil, 0)
+		require.NoError(t, err)
+		img := gen.outputs["image"].(File)
+		want := wftRead(t, b.pool, "gpu-0", img.Ref)
+		assert.Equal(t, want, img.Data, "downloaded with the result")
+		assert.Equal(t, "gpu-0", img.Backend)
+
+		load := func(id, backend string) {
+			t.Helper()
+			cfg := &WorkflowConfig{
+				Workflow: wftParse(t, wftLoadWF),
+				Params:   []Param{{Name: "img", Type: TypeImage, Node: "1", Input: "image"}},
+				Backend:  backend,
+			}
+			r, err := w.run(t.Context(), wftNode(id, cfg), map[string]any{"img": img}, 0)
+			require.NoError(t, err)
+			require.Equal(t, backend, r.backend)
+		}
+		load("same", "gpu-0")
+		assert.Zero(t, wftUploads(b.servers[0]), "in place on the backend that made it")
+		assert.Equal(t, img.Ref.Filename+" [output]", wftAccepted(t, b.servers[0])[1]["1"].Inputs["image"])
+
+		viewsBefore := wftRequests(b.servers[0], "/view")
+		load("other", "gpu-1")
+		assert.Equal(t, viewsBefore, wftRequests(b.servers[0], "/view"), "uploaded from memory, not downloaded again")
+		assert.Equal(t, want, wftRead(t, b.pool, "gpu-1", comfy.FileRef{Filename: img.Name, Type: "input"}))
+
+		b.servers[0].Close() // gpu-0 is gone: its file is still in memory
+		load("after", "gpu-2")
+		assert.Equal(t, want, wftRead(t, b.pool, "gpu-2", comfy.FileRef{Filename: img.Name, Type: "input"}))
+	})
+}
+
 func TestWorkflowPinsItsBackend(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
