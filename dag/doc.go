@@ -40,8 +40,10 @@
 //     input ports patched into the workflow before it is submitted; its
 //     output ports are "images", "image", "outputs" and any declared
 //     Outputs. Backend, Fallback and Capabilities choose where it runs;
-//     Retries reruns a failed job on another backend; Memoize reuses an
-//     earlier identical run.
+//     Retries reruns a failed job on another backend; Timeout bounds each
+//     job; KeepOutputs brings its files into memory so that nothing later
+//     depends on the backend keeping them; Memoize reuses an earlier
+//     identical run.
 //   - CONDITION ([ConditionConfig]): an expression over the incoming value
 //     passes it to the "true" or the "false" port; the nodes behind the
 //     port not taken are skipped, not failed. It is the only node that
