@@ -80,8 +80,26 @@ func (p *Pool) list() []*backend {
 	return nil
 }
 
-// setListLocked replaces the snapshot. Caller holds p.mu.
-func (p *Pool) setListLocked(l []*backend) { p.backends.Store(&l) }
+// setListLocked replaces the snapshot and wakes backendsChanged's
+// waiters. Caller holds p.mu.
+func (p *Pool) setListLocked(l []*backend) {
+	p.backends.Store(&l)
+	if p.listChanged != nil {
+		close(p.listChanged)
+		p.listChanged = nil
+	}
+}
+
+// backendsChanged returns a channel closed at the next change of the
+// backend list (AddBackend, RemoveBackend).
+func (p *Pool) backendsChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listChanged == nil {
+		p.listChanged = make(chan struct{})
+	}
+	return p.listChanged
+}
 
 // lookupLocked finds a backend by name. Caller holds p.mu.
 func (p *Pool) lookupLocked(name string) *backend {

@@ -323,3 +323,38 @@ func hungJobOnFirstBackend(t *testing.T) (*bundle, string) {
 	require.Equal(t, "gpu-0", info.Backend)
 	return b, id
 }
+
+func TestWaitConnected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 2, nil, nil)
+		n, err := b.pool.WaitConnected(t.Context(), 0)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "every backend")
+
+		// A backend added later counts when it connects.
+		s := comfytest.NewInMemoryServer(nil)
+		t.Cleanup(s.Close)
+		bc := backendsFor([]*comfytest.Server{s})[0]
+		bc.Name = "gpu-2"
+		require.NoError(t, b.pool.AddBackend(t.Context(), bc))
+		n, err = b.pool.WaitConnected(t.Context(), 3)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n)
+
+		// A server that is down: waiting for all of them ends with ctx.
+		b.servers[0].Close()
+		synctest.Wait() // its client saw the connection drop
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		n, err = b.pool.WaitConnected(ctx, 0)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 2, n)
+		n, err = b.pool.WaitConnected(t.Context(), 1)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+
+		require.NoError(t, b.pool.Stop(t.Context()))
+		_, err = b.pool.WaitConnected(t.Context(), 3)
+		assert.ErrorIs(t, err, pool.ErrClosed)
+	})
+}

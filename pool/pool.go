@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,9 +37,10 @@ type Pool struct {
 	fo       failover.Strategy
 	ownFo    *failover.SmartFailover // fo when the Pool built it; closed in Stop
 	// backends is an immutable snapshot (see list), swapped under mu.
-	backends  atomic.Pointer[[]*backend]
-	nextIndex int // guarded by mu
-	events    bus
+	backends    atomic.Pointer[[]*backend]
+	nextIndex   int           // guarded by mu
+	listChanged chan struct{} // guarded by mu; closed when backends changes (see backendsChanged)
+	events      bus
 
 	wake      chan struct{}   // 1-buffered, coalescing: dispatcher wake-up
 	unblocked <-chan struct{} // Config.FailoverStrategy's UnblockNotifier, or nil
@@ -311,6 +313,52 @@ func (p *Pool) Stop(ctx context.Context) error {
 		close(p.stoppedCh)
 	})
 	return err
+}
+
+// WaitConnected waits until at least n backends have their WebSocket
+// connected (n <= 0: every backend the Pool has), and returns how many
+// are. When ctx ends first it returns that count and ctx's error; after
+// Stop, ErrClosed. Backends added or removed while it waits count as they
+// come and go. Start does not wait for connections: a program that wants
+// its backends up before its first job calls this after Start.
+func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
+	for {
+		listCh := p.backendsChanged() // before list: no change is missed
+		backends := p.list()
+		want := n
+		if want <= 0 {
+			want = len(backends)
+		}
+		// Wait on every client's next state change (and the ends below)
+		// without a goroutine per client: reflect.Select.
+		cases := make([]reflect.SelectCase, 0, len(backends)+3)
+		up := 0
+		for _, b := range backends {
+			changed := b.client.StateChanged() // before State: no change is missed
+			if b.client.State() == comfy.StateConnected {
+				up++
+			}
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
+		}
+		if want > 0 && up >= want {
+			return up, nil
+		}
+		select {
+		case <-p.stopCh:
+			return up, ErrClosed
+		default:
+		}
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.stopCh)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(listCh)})
+		switch i, _, _ := reflect.Select(cases); i {
+		case len(backends):
+			return up, ctx.Err()
+		case len(backends) + 1:
+			return up, ErrClosed
+		}
+	}
 }
 
 // Stopped returns a channel closed when Stop has finished.

@@ -164,12 +164,11 @@ func run(ctx context.Context, urls []string, inputs map[string]any, out io.Write
 	if err != nil {
 		return err
 	}
-	states, _ := p.Subscribe(pool.EventClientState)
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
 	defer p.Stop(context.Background()) // after an early return; idempotent
-	if err := waitForBackends(ctx, p, states, out); err != nil {
+	if err := waitForBackends(ctx, p, out); err != nil {
 		return err
 	}
 
@@ -278,30 +277,17 @@ func running(p dag.Progress) string {
 // waitForBackends waits until every backend is connected, or at least
 // one when the others are still down after 10s; with none at all it gives
 // up when ctx ends.
-func waitForBackends(ctx context.Context, p *pool.Pool, states <-chan pool.Event, out io.Writer) error {
-	grace := time.NewTimer(10 * time.Second)
-	defer grace.Stop()
-	for {
-		up, all := 0, 0
-		for _, b := range p.Stats(ctx).Backends {
-			all++
-			if b.State == comfy.StateConnected {
-				up++
-			}
-		}
-		if up == all {
-			fmt.Fprintf(out, "%d backend(s) connected\n", up)
-			return nil
-		}
-		select {
-		case <-states:
-		case <-grace.C:
-			if up > 0 {
-				fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, all)
-				return nil
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("no backend is reachable: %w", ctx.Err())
-		}
+func waitForBackends(ctx context.Context, p *pool.Pool, out io.Writer) error {
+	all, cancel := context.WithTimeout(ctx, 10*time.Second)
+	up, err := p.WaitConnected(all, 0)
+	cancel()
+	if err == nil {
+		fmt.Fprintf(out, "%d backend(s) connected\n", up)
+		return nil
 	}
+	if up, err = p.WaitConnected(ctx, 1); err != nil {
+		return fmt.Errorf("no backend is reachable: %w", err)
+	}
+	fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, len(p.Backends()))
+	return nil
 }

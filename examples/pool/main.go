@@ -107,7 +107,6 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	states, _ := p.Subscribe(pool.EventClientState)
 	events, _ := p.Subscribe(pool.EventJobQueued, pool.EventJobStarted, pool.EventJobRetrying,
 		pool.EventJobCompleted, pool.EventJobFailed, pool.EventJobCancelled)
 	if err := p.Start(ctx); err != nil {
@@ -115,7 +114,7 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 	}
 	defer p.Stop(context.Background()) // after an early return; idempotent
 
-	if err := waitForBackends(ctx, p, states, out); err != nil {
+	if err := waitForBackends(ctx, p, out); err != nil {
 		return err
 	}
 
@@ -192,32 +191,19 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 // waitForBackends waits until every backend is connected, or at least
 // one when the others are still down after 10s; with none at all it gives
 // up when ctx ends.
-func waitForBackends(ctx context.Context, p *pool.Pool, states <-chan pool.Event, out io.Writer) error {
-	grace := time.NewTimer(10 * time.Second)
-	defer grace.Stop()
-	for {
-		st := p.Stats(ctx)
-		up := 0
-		for _, b := range st.Backends {
-			if b.State == comfy.StateConnected {
-				up++
-			}
-		}
-		if up == len(st.Backends) {
-			fmt.Fprintf(out, "%d backend(s) connected\n", up)
-			return nil
-		}
-		select {
-		case <-states:
-		case <-grace.C:
-			if up > 0 {
-				fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, len(st.Backends))
-				return nil
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("no backend is reachable: %w", ctx.Err())
-		}
+func waitForBackends(ctx context.Context, p *pool.Pool, out io.Writer) error {
+	all, cancel := context.WithTimeout(ctx, 10*time.Second)
+	up, err := p.WaitConnected(all, 0)
+	cancel()
+	if err == nil {
+		fmt.Fprintf(out, "%d backend(s) connected\n", up)
+		return nil
 	}
+	if up, err = p.WaitConnected(ctx, 1); err != nil {
+		return fmt.Errorf("no backend is reachable: %w", err)
+	}
+	fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, len(p.Backends()))
+	return nil
 }
 
 func cmpErr(first, err error) error {
