@@ -43,45 +43,37 @@ func (g *Graph) Clone() *Graph {
 func cloneConfig(nc NodeConfig) NodeConfig {
 	switch c := nc.(type) {
 	case *InputConfig:
-		if c == nil {
-			return c
+		if d := shallow(c); d != nil {
+			d.Fields = slices.Clone(c.Fields)
+			return d
 		}
-		return &InputConfig{Fields: slices.Clone(c.Fields)}
 	case *WorkflowConfig:
-		if c == nil {
-			return c
+		if d := shallow(c); d != nil {
+			d.Workflow = c.Workflow.Clone()
+			d.Params = slices.Clone(c.Params)
+			d.Outputs = slices.Clone(c.Outputs)
+			d.Capabilities = slices.Clone(c.Capabilities)
+			return d
 		}
-		d := *c
-		d.Workflow = c.Workflow.Clone()
-		d.Params = slices.Clone(c.Params)
-		d.Outputs = slices.Clone(c.Outputs)
-		d.Capabilities = slices.Clone(c.Capabilities)
-		return &d
 	case *ConditionConfig:
-		if c == nil {
-			return c
-		}
-		d := *c
-		return &d
+		return shallow(c)
 	case *FanoutConfig:
-		if c == nil {
-			return c
-		}
-		d := *c
-		return &d
+		return shallow(c)
 	case *MergeConfig:
-		if c == nil {
-			return c
-		}
-		d := *c
-		return &d
+		return shallow(c)
 	case *OutputConfig:
-		if c == nil {
-			return c
-		}
-		return &OutputConfig{}
+		return shallow(c)
 	}
-	return nc // nil
+	return nc // nil, or a typed nil pointer
+}
+
+// shallow returns a copy of *p, or nil for nil.
+func shallow[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // NodeKind is the type of a node.
