@@ -536,12 +536,13 @@ func appendFailed(failed []string, err error, backend string) []string {
 // FallbackAuto lets the Runner choose among the backends having its
 // Capabilities. Otherwise the available backends are those the Runner
 // knows that are connected, not draining, have every capability and did
-// not fail the node; an available Backend is pinned (every other backend
-// is excluded), else the Fallback decides: FallbackNone fails with
-// ErrNoBackend; FallbackAsk asks wfDeps.Ask (nil: as FallbackNone) to pick
-// one of the available backends, ordered as FallbackAuto would, or to
-// decline (ErrNoBackend); FallbackAuto pins the first of that order.
-// Backends added to the Runner after the choice are not excluded.
+// not fail the node; an available Backend is pinned (pool.BackendTag
+// among the job's Tags, and every other backend excluded), else the
+// Fallback decides: FallbackNone fails with ErrNoBackend; FallbackAsk asks
+// wfDeps.Ask (nil: as FallbackNone) to pick one of the available
+// backends, ordered as FallbackAuto would, or to decline (ErrNoBackend);
+// FallbackAuto pins the first of that order. With a *pool.Pool the tag
+// keeps the job off backends added after the choice too.
 //
 // Without a BackendLister the choice is best effort: Backend becomes a
 // preference (EnqueueOpts.PreferBackends), Capabilities the job's Tags,
@@ -616,6 +617,9 @@ func (w *wfRunner) chooseBackend(ctx context.Context, node string, cfg *Workflow
 			return nil, "", fmt.Errorf("%w: %s (fallback %s)", ErrNoBackend, why, fallback)
 		}
 	}
+	// pool.BackendTag pins exactly (a backend added later lacks it); the
+	// exclusions say the same to a Runner that does not know that tag.
+	opts.Tags = append(opts.Tags, pool.BackendTag(choice))
 	for _, b := range all {
 		if b.Name != choice {
 			opts.ExcludeBackends = append(opts.ExcludeBackends, b.Name)

@@ -460,6 +460,36 @@ func TestWorkflowPinsItsBackend(t *testing.T) {
 		assert.Len(t, wftAccepted(t, b.servers[1]), 3)
 		assert.Empty(t, b.servers[0].Prompts())
 		assert.Empty(t, b.servers[2].Prompts())
+
+		// gpu-1 is busy when the next pinned node is queued, and a new,
+		// idle backend joins the pool: the node still waits for gpu-1.
+		b.servers[1].HangPrompts(true)
+		busy, err := b.pool.Enqueue(t.Context(), wftParse(t, wftGenWF), &pool.EnqueueOpts{Tags: []string{pool.BackendTag("gpu-1")}})
+		require.NoError(t, err)
+		synctest.Wait()
+		type out struct {
+			r   wfResult
+			err error
+		}
+		done := make(chan out, 1)
+		go func() {
+			cfg := &WorkflowConfig{Workflow: wftParse(t, fmt.Appendf(nil, `{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":%d}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"pin"}}}`, 9)), Backend: "gpu-1"}
+			r, err := w.run(t.Context(), wftNode("late", cfg), nil, 0)
+			done <- out{r, err}
+		}()
+		synctest.Wait() // queued, waiting for gpu-1
+		extra := comfytest.NewInMemoryServer(nil)
+		t.Cleanup(extra.Close)
+		require.NoError(t, b.pool.AddBackend(t.Context(), pool.BackendConfig{Name: "gpu-new", URL: extra.URL,
+			Client: &comfy.ClientOptions{HTTPClient: extra.Client(), Logger: slog.New(slog.DiscardHandler)}}))
+		synctest.Wait()
+		assert.Empty(t, extra.Prompts(), "a backend added after the choice does not take a pinned node")
+		b.servers[1].HangPrompts(false)
+		o := <-done
+		require.NoError(t, o.err)
+		assert.Equal(t, "gpu-1", o.r.backend)
+		_, err = b.pool.Wait(t.Context(), busy)
+		require.NoError(t, err)
 	})
 }
 

@@ -23,6 +23,7 @@ type backend struct {
 	cfg       BackendConfig
 	client    *comfy.Client
 	workflows []string // nil: any
+	tags      []string // cfg.Tags plus BackendTag(cfg.Name)
 	index     int      // position in configuration order (added ones last)
 
 	// ctx ends (cause errRemoved or the hard stop) when the backend's
@@ -47,12 +48,20 @@ func (b *backend) accepts(wf string, tags []string) bool {
 		return false
 	}
 	for _, t := range tags {
-		if !slices.Contains(b.cfg.Tags, t) {
+		if !slices.Contains(b.tags, t) {
 			return false
 		}
 	}
 	return true
 }
+
+// BackendTag returns the tag every backend has implicitly besides its
+// BackendConfig.Tags: "backend:" followed by its name. A job whose
+// EnqueueOpts.Tags include BackendTag(name) runs on that backend only,
+// and never on one added later (ExcludeBackends cannot say that).
+func BackendTag(name string) string { return backendTagPrefix + name }
+
+const backendTagPrefix = "backend:"
 
 // newBackend creates the backend and its client (no I/O). bc has its
 // defaults applied and is valid.
@@ -61,7 +70,8 @@ func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
 	}
-	b := &backend{cfg: bc, client: cl, index: index, stop: make(chan struct{}), idle: make(chan struct{})}
+	b := &backend{cfg: bc, client: cl, index: index, stop: make(chan struct{}), idle: make(chan struct{}),
+		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name))}
 	b.ctx, b.cancel = context.WithCancelCause(p.hardCtx)
 	if bc.Workflows != nil {
 		for _, s := range bc.Workflows {

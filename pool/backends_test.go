@@ -358,3 +358,39 @@ func TestWaitConnected(t *testing.T) {
 		assert.ErrorIs(t, err, pool.ErrClosed)
 	})
 }
+
+// BackendTag pins a job to one backend exactly: a backend added later
+// does not get it, as it would with ExcludeBackends listing the others.
+func TestBackendTagPinsExactly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, nil)
+		b.servers[0].HangPrompts(true)
+		busy, err := b.pool.Enqueue(t.Context(), zeroWF(t, 1), nil)
+		require.NoError(t, err)
+		synctest.Wait() // gpu-0 runs it and has no slot left
+
+		pinned, err := b.pool.Enqueue(t.Context(), zeroWF(t, 2), &pool.EnqueueOpts{Tags: []string{pool.BackendTag("gpu-0")}})
+		require.NoError(t, err)
+		s := comfytest.NewInMemoryServer(nil)
+		t.Cleanup(s.Close)
+		bc := backendsFor([]*comfytest.Server{s})[0]
+		bc.Name = "gpu-new"
+		require.NoError(t, b.pool.AddBackend(t.Context(), bc))
+		synctest.Wait()
+		assert.Empty(t, s.Prompts(), "the new backend, idle, does not take the pinned job")
+
+		b.servers[0].HangPrompts(false)
+		_, err = b.pool.Wait(t.Context(), busy)
+		require.NoError(t, err)
+		res, err := b.pool.Wait(t.Context(), pinned)
+		require.NoError(t, err)
+		assert.Equal(t, "gpu-0", res.Backend)
+
+		_, err = b.pool.Enqueue(t.Context(), zeroWF(t, 3), &pool.EnqueueOpts{Tags: []string{pool.BackendTag("gpu-9")}})
+		assert.ErrorIs(t, err, pool.ErrNoBackend, "no backend has that tag")
+
+		bad := backendsFor([]*comfytest.Server{s})[0]
+		bad.Name, bad.Tags = "gpu-x", []string{"backend:gpu-0"}
+		assert.ErrorIs(t, b.pool.AddBackend(t.Context(), bad), pool.ErrInvalid, "the prefix is reserved")
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -147,7 +148,9 @@ type BackendConfig struct {
 	// Nil means any workflow. An empty non-nil slice is invalid.
 	Workflows []hash.Sum
 	// Tags are the backend's capabilities; a job that requires tags
-	// (EnqueueOpts.Tags) runs only on backends that have them all.
+	// (EnqueueOpts.Tags) runs only on backends that have them all. Every
+	// backend also has BackendTag(Name), implicitly; the prefix
+	// "backend:" is reserved for it.
 	Tags []string
 	// ReconnectGrace is how long the backend takes no new job after its
 	// WebSocket reconnected, so that its client reconciles the prompts in
@@ -213,6 +216,8 @@ func (c *Config) validate() error {
 			return fmt.Errorf("pool: Backends[%d].Workflows cannot be empty (nil means any workflow)", i)
 		case slices.Contains(b.Tags, ""):
 			return fmt.Errorf("pool: Backends[%d].Tags cannot contain an empty tag", i)
+		case slices.ContainsFunc(b.Tags, func(t string) bool { return strings.HasPrefix(t, backendTagPrefix) }):
+			return fmt.Errorf("pool: Backends[%d].Tags cannot use the reserved prefix %q (see BackendTag)", i, backendTagPrefix)
 		case b.ReconnectGrace < -1:
 			return fmt.Errorf("pool: Backends[%d].ReconnectGrace must be positive, 0 (default) or -1 (none)", i)
 		}

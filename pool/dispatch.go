@@ -163,7 +163,7 @@ func (p *Pool) lease(b *backend, prefer []string) bool {
 	b.inflight++
 	p.mu.Unlock()
 	lp := queue.LeaseParams{
-		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.cfg.Tags,
+		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags,
 		Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl, PreferWorkflows: prefer,
 	}
 	qj, err := p.q.Lease(p.hardCtx, lp)

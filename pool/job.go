@@ -32,7 +32,7 @@ type EnqueueOpts struct {
 	// Config.Retention). Concurrent Enqueues with one key make one job.
 	IdempotencyKey string
 	// Tags are capabilities a backend must have (BackendConfig.Tags) to run
-	// the job.
+	// the job. BackendTag(name) among them pins the job to that backend.
 	Tags []string
 	// ExcludeBackends lists backends that must never run the job.
 	ExcludeBackends []string
