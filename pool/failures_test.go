@@ -396,16 +396,20 @@ func (l *lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// 1,000 zero-length jobs over 8 backends where every run's WebSocket
-// events reach the pool before the POST /prompt answer: every job
-// completes exactly once (one job:started, one terminal event, one prompt),
-// nothing hangs.
-func TestFailureEventsBeforeHTTPAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
+// Zero-length jobs over 8 backends where every run's WebSocket events
+// reach the pool before the POST /prompt answer: every job completes
+// exactly once (one job:started, one terminal event, one prompt), nothing
+// hangs. 200 jobs here; 1,000 in the soak (COMFYPOOL_SOAK=1).
+func TestFailureEventsBeforeHTTPAnswer(t *testing.T) { eventsBeforeHTTPAnswer(t, 200) }
+
+func TestSoakFailureEventsBeforeHTTPAnswer(t *testing.T) {
+	soakOnly(t)
+	eventsBeforeHTTPAnswer(t, 1000)
+}
+
+func eventsBeforeHTTPAnswer(t *testing.T, n int) {
 	synctest.Test(t, func(t *testing.T) {
-		const n, backends = 1000, 8
+		const backends = 8
 		var outMu sync.Mutex
 		outputs := map[string]bool{} // prompt ids with a job:output event
 		seen := func(id string) bool {

@@ -187,22 +187,25 @@ type pipeAddr struct{}
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
 
-// TestMemoryFlatOverManyJobs completes 100,000 zero-length jobs (10,000 with
-// -short; a quarter of that under -race) and checks that the Pool's and the queue's retained records stay
-// within their bounds and that the heap does not grow with the job count.
-func TestMemoryFlatOverManyJobs(t *testing.T) {
+// TestMemoryFlatOverManyJobs completes 2,500 zero-length jobs with a
+// retention of 100 and checks that the Pool's and the queue's retained
+// records stay within their bounds and that the heap does not grow with the
+// job count. The soak runs 100,000 jobs with a retention of 500.
+func TestMemoryFlatOverManyJobs(t *testing.T) { memoryFlat(t, 2_500, 100, 100) }
+
+func TestSoakMemoryFlatOverManyJobs(t *testing.T) {
+	soakOnly(t)
 	total := 100_000
-	if testing.Short() {
-		total = 10_000
-	}
 	if raceEnabled {
 		total /= 4 // the race detector makes each job ~10x slower
 	}
+	memoryFlat(t, total, 500, 500)
+}
+
+func memoryFlat(t *testing.T, total, batch, maxRetained int) {
 	const (
-		backends    = 4
-		inflight    = 4
-		batch       = 500
-		maxRetained = 500
+		backends = 4
+		inflight = 4
 	)
 	synctest.Test(t, func(t *testing.T) {
 		var servers []*miniComfy

@@ -8,6 +8,15 @@ import (
 	"time"
 )
 
+// soakOnly skips a long test unless COMFYPOOL_SOAK is set: CI runs the
+// soaks in a step of their own, so that go test ./... stays quick.
+func soakOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("COMFYPOOL_SOAK") == "" {
+		t.Skip("a soak: set COMFYPOOL_SOAK=1 to run it")
+	}
+}
+
 // TestMain checks that tests using real loopback sockets (the Example, the
 // benchmarks) leave no goroutine behind; synctest checks the others.
 func TestMain(m *testing.M) {

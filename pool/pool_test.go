@@ -245,10 +245,12 @@ func TestManyZeroLengthJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) { runMany(t, 4, 200, 1) })
 }
 
-func TestThousandJobsEightBackends(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
+func TestJobsEightBackendsTwoSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { runMany(t, 8, 200, 2) })
+}
+
+func TestSoakThousandJobsEightBackends(t *testing.T) {
+	soakOnly(t)
 	synctest.Test(t, func(t *testing.T) { runMany(t, 8, 1000, 2) })
 }
 
