@@ -25,6 +25,7 @@
 //		...
 //		// Faults, effective immediately:
 //		srv.FailNext("/prompt", 1, 503)   // next POST /prompt answers 503
+//		srv.DelayNextAnswers("/prompt", 1, 7*time.Second) // queued now, answered 7s later
 //		srv.DropSocketsAfter(3)           // sockets die after 3 more frames
 //		srv.HangPrompts(true)             // prompts run until interrupted
 //		srv.Restart()                     // queue, history, counter forgotten

@@ -72,6 +72,33 @@ func TestSetAnswerDelay(t *testing.T) {
 	})
 }
 
+// DelayNextAnswers holds only the answers of the next n requests to one
+// route: the prompt is queued at once, other routes answer at once, and
+// the rule is used up after n requests.
+func TestDelayNextAnswers(t *testing.T) {
+	inMemory(t, nil, func(t *testing.T, s *comfytest.Server) {
+		s.DelayNextAnswers("/api/prompt", 1, 7*time.Second)
+		start := time.Now()
+		code, body := post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
+		require.Equal(t, 200, code, body)
+		assert.Equal(t, 7*time.Second, time.Since(start), "the answer was held")
+		require.Len(t, s.Prompts(), 1)
+		_, hist, _ := get(t, s, "/history/"+s.Prompts()[0].PromptID)
+		assert.Contains(t, hist, `"status_str": "success"`, "the run finished while the answer was held")
+
+		start = time.Now()
+		post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
+		get(t, s, "/queue")
+		assert.Zero(t, time.Since(start), "used up after one request")
+
+		s.DelayNextAnswers("/prompt", 5, time.Second)
+		s.DelayNextAnswers("/prompt", 0, 0)
+		start = time.Now()
+		post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
+		assert.Zero(t, time.Since(start), "n <= 0 removes the rule")
+	})
+}
+
 func TestFailNext(t *testing.T) {
 	forModes(t, nil, func(t *testing.T, s *comfytest.Server) {
 		s.FailNext("/api/prompt", 2, 503)

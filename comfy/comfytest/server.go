@@ -71,6 +71,7 @@ type Server struct {
 	latency          time.Duration
 	answerDelay      time.Duration
 	failNext         map[string]*failRule
+	delayNext        map[string]*delayRule
 	dropAfter        int
 	deafAfter        int
 	hang             bool
@@ -85,6 +86,11 @@ type Server struct {
 }
 
 type failRule struct{ n, status int }
+
+type delayRule struct {
+	n int
+	d time.Duration
+}
 
 // NewServer starts a fake server on a loopback socket (127.0.0.1:0).
 // Close it when done. Like httptest.NewServer it panics if no loopback port
@@ -136,6 +142,7 @@ func newServer(opts *Options, inMemory bool) *Server {
 		files:        map[fileKey][]byte{},
 		saveCounters: map[string]int{},
 		failNext:     map[string]*failRule{},
+		delayNext:    map[string]*delayRule{},
 		sockets:      map[string]*wsConn{},
 		allConns:     map[*wsConn]struct{}{},
 	}
@@ -318,6 +325,39 @@ func (s *Server) FailNext(route string, n, status int) {
 	s.failNext[r] = &failRule{n: n, status: status}
 }
 
+// DelayNextAnswers holds the answers of the next n requests to route for
+// d, as SetAnswerDelay does for every request: each request takes effect
+// at once and its answer arrives d later (or never, when the client gives
+// up first). route is matched as in FailNext (any method). With "/prompt"
+// it gives a prompt that is queued, and runs, while the client still
+// waits for its POST /prompt answer. The hold adds to SetAnswerDelay's.
+// n <= 0 removes the rule.
+func (s *Server) DelayNextAnswers(route string, n int, d time.Duration) {
+	r := normRoute(route)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		delete(s.delayNext, r)
+		return
+	}
+	s.delayNext[r] = &delayRule{n: n, d: d}
+}
+
+// takeDelayLocked consumes one use of the DelayNextAnswers rule matching
+// route and returns its hold (0: none). Caller holds s.mu.
+func (s *Server) takeDelayLocked(route string) time.Duration {
+	for k, dr := range s.delayNext {
+		if route == k || strings.HasPrefix(route, k+"/") {
+			dr.n--
+			if dr.n <= 0 {
+				delete(s.delayNext, k)
+			}
+			return dr.d
+		}
+	}
+	return 0
+}
+
 func normRoute(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p
@@ -421,12 +461,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
 	lat, hold := s.latency, s.answerDelay
+	route := normRoute(r.URL.Path)
+	if !isWSRoute(route) {
+		hold += s.takeDelayLocked(route)
+	}
 	s.mu.Unlock()
 	defer s.wg.Done()
 	if !s.pause(r, lat) {
 		return
 	}
-	if hold > 0 && !isWSRoute(normRoute(r.URL.Path)) {
+	if hold > 0 && !isWSRoute(route) {
 		bw := &heldAnswer{header: make(http.Header)}
 		s.handle(bw, r)
 		if !s.pause(r, hold) {
