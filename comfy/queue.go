@@ -144,3 +144,55 @@ func (c *Client) ClearQueue(ctx context.Context) error {
 	}
 	return c.call(ctx, r, smallLimit, nil)
 }
+
+// CancelPrompt makes sure the prompt promptID does not run, or stops it,
+// whether or not this client tracks it: a pending prompt is deleted from
+// the queue, a running one gets a targeted interrupt (another prompt is
+// never interrupted), and a prompt the server does not have, or that
+// already ended, is left alone. An empty promptID does nothing.
+//
+// It is meant for a prompt whose POST /prompt got no answer (the client
+// gave up waiting, or the connection failed), so that whether the server
+// queued it is unknown. Such a POST may still land after CancelPrompt
+// looked: the client therefore remembers promptID for a while (about two
+// minutes), and if the server reports on this client's WebSocket that the
+// prompt started, the client cancels it then, in the background.
+// Submitting promptID again through [Client.Submit] ends that watch. For
+// a [Prompt] that Submit returned, use [Prompt.Interrupt] instead.
+//
+// CancelPrompt reports whether its requests were sent, not whether the
+// server honoured them (a server may ignore interrupts).
+func (c *Client) CancelPrompt(ctx context.Context, promptID string) error {
+	if promptID == "" {
+		return nil
+	}
+	c.sess.watchCancelled(promptID)
+	return c.cancelPrompt(ctx, promptID)
+}
+
+// cancelPrompt deletes id from the queue and, if the server reports it
+// running, interrupts it.
+func (c *Client) cancelPrompt(ctx context.Context, id string) error {
+	for range 3 {
+		if err := c.DeleteQueued(ctx, id); err != nil {
+			return fmt.Errorf("comfy: cancel prompt %s: %w", id, err)
+		}
+		q, err := c.Queue(ctx)
+		if err != nil {
+			return fmt.Errorf("comfy: cancel prompt %s: %w", id, err)
+		}
+		running, pending := q.Find(id)
+		switch {
+		case running:
+			if err := c.Interrupt(ctx, id); err != nil {
+				return fmt.Errorf("comfy: cancel prompt %s: %w", id, err)
+			}
+			return nil
+		case pending:
+			continue // it landed between the delete and the look
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("comfy: cancel prompt %s: still queued after delete", id)
+}

@@ -439,6 +439,7 @@ func (s *session) register(id string, o *RunOptions) (*Prompt, error) {
 		done:      make(chan struct{}),
 	}
 	s.prompts[id] = p
+	delete(s.cancelled, id) // submitted again: the caller's own prompt
 	s.replayPendingLocked(id, p)
 	s.wg.Go(p.dispatch)
 	return p, nil

@@ -48,6 +48,9 @@ type session struct {
 	queueOK  bool      // a status message was received
 	prompts  map[string]*Prompt
 	pending  []pendingMsg // messages for prompt ids not (yet) registered, oldest first
+	// cancelled holds the ids passed to CancelPrompt, with when: a message
+	// about one of them means its POST landed late (see lateCancelLocked).
+	cancelled map[string]time.Time
 }
 
 // pendingMsg is a message kept for a prompt id that is not registered yet.
@@ -243,7 +246,33 @@ func (s *session) route(m Message) {
 		p.push(m)
 		return
 	}
+	s.lateCancelLocked(id)
 	s.addPendingLocked(id, m)
+}
+
+// lateCancelLocked cancels, in the background, a prompt given to
+// CancelPrompt that the server turns out to have after all (a message
+// about it arrived): its POST landed after CancelPrompt looked. Once per
+// id. Caller holds s.mu.
+func (s *session) lateCancelLocked(id string) {
+	at, ok := s.cancelled[id]
+	if !ok {
+		return
+	}
+	delete(s.cancelled, id)
+	if time.Since(at) > pendingTTL || s.closed {
+		return
+	}
+	s.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, runInterruptTimeout)
+		defer cancel()
+		s.log.LogAttrs(ctx, slog.LevelInfo, "comfy: a cancelled prompt reached the server late; cancelling it again",
+			slog.String("prompt_id", id))
+		if err := s.c.cancelPrompt(ctx, id); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "comfy: cancel of a late prompt failed",
+				slog.String("prompt_id", id), slog.String("error", err.Error()))
+		}
+	})
 }
 
 // addPendingLocked keeps m for a prompt id that may register later,
@@ -291,4 +320,20 @@ func (s *session) wakeFollow() {
 	case s.followReq <- struct{}{}:
 	default:
 	}
+}
+
+// watchCancelled remembers id, given to CancelPrompt, for pendingTTL.
+func (s *session) watchCancelled(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for k, at := range s.cancelled {
+		if now.Sub(at) > pendingTTL {
+			delete(s.cancelled, k)
+		}
+	}
+	if s.cancelled == nil {
+		s.cancelled = make(map[string]time.Time)
+	}
+	s.cancelled[id] = now
 }
