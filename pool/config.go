@@ -57,7 +57,10 @@ type Config struct {
 	LeaseDuration time.Duration
 
 	// SubmitTimeout bounds connecting to a backend and posting a prompt
-	// when the job has no Timeouts.Start. Defaults to 1m.
+	// (uploads included); a job's Timeouts.Start, when longer, replaces
+	// it, and ends the post sooner while the prompt is not reported
+	// started. A prompt whose post got no answer is cancelled on the
+	// backend by id before the job is retried. Defaults to 1m.
 	SubmitTimeout time.Duration
 
 	// OfflineTimeout is how long a backend may stay disconnected while it

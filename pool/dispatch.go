@@ -205,6 +205,10 @@ func (p *Pool) backoff(n int) time.Duration {
 	return max(d, 1)
 }
 
+// errStartTimeout is the cause of a submit context that Timeouts.Start
+// ended.
+var errStartTimeout = errors.New("pool: start timeout")
+
 // bgCtx bounds queue writes and interrupts that must happen even while the
 // Pool stops.
 func bgCtx() (context.Context, context.CancelFunc) {
@@ -277,15 +281,31 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 
 	var startC <-chan time.Time
 	submitBound := p.cfg.SubmitTimeout
+	cutCtx, cut := context.WithCancelCause(ctx)
 	if d := js.opts.Timeouts.Start; d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		startC = t.C
-		submitBound = d
+		submitBound = max(d, submitBound)
+		// The start timeout also ends a POST /prompt still unanswered,
+		// unless the prompt was reported started meanwhile (its messages
+		// may come before the answer): then the answer is awaited.
+		ct := time.AfterFunc(d, func() {
+			select {
+			case <-execStarted:
+			default:
+				cut(errStartTimeout)
+			}
+		})
+		defer ct.Stop() // after submit it only cancels cutCtx again
 	}
-	subCtx, subCancel := context.WithTimeout(ctx, submitBound)
+	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
 	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg}) // inputs.go: uploads input files first
+	if err != nil && errors.Is(context.Cause(cutCtx), errStartTimeout) {
+		err = &TimeoutError{Which: "start"}
+	}
 	subCancel()
+	cut(nil)
 	if err == nil {
 		att.PromptID = prompt.ID()
 		emitStarted(prompt.ID())
@@ -368,7 +388,12 @@ func (p *Pool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *qu
 			execStarted, startC = nil, nil
 		case <-startC:
 			startC = nil
-			interrupt(&TimeoutError{Which: "start"})
+			select {
+			case <-execStarted: // both ready: the prompt started in time
+				execStarted = nil
+			default:
+				interrupt(&TimeoutError{Which: "start"})
+			}
 		case <-cancelCh:
 			cancelCh = nil
 			interrupt(ErrCancelled)

@@ -210,11 +210,34 @@ func openInput(f InputFile) (r io.ReadCloser, err error) {
 }
 
 // submit uploads the job's input files to b (see prepareInputs) and submits
-// the resulting workflow to b.
+// the resulting workflow to b. When the submit fails in a way that leaves
+// the server maybe holding the prompt (no answer), it cancels the prompt
+// by id before returning, so that it does not run beside the job's retry.
 func (p *Pool) submit(ctx context.Context, b *backend, js *jobState, opts *comfy.RunOptions) (*comfy.Prompt, error) {
 	wf, err := p.prepareInputs(ctx, b, js)
 	if err != nil {
 		return nil, err
 	}
-	return b.client.Submit(ctx, wf, opts)
+	prompt, err := b.client.Submit(ctx, wf, opts)
+	if err != nil && mayHaveLanded(err) {
+		// The server may have queued the prompt without our knowing: make
+		// sure it does not run beside the job's next attempt.
+		cctx, cancel := bgCtx()
+		defer cancel()
+		if cerr := b.client.CancelPrompt(cctx, opts.PromptID); cerr != nil {
+			p.log.Warn("cancel of an unanswered prompt failed", "backend", b.cfg.Name, "job_id", js.id, "prompt_id", opts.PromptID, "err", cerr)
+		}
+	}
+	return prompt, err
+}
+
+// mayHaveLanded reports whether the server may hold the prompt of a Submit
+// that failed: its POST /prompt was sent, or may have been, and no answer
+// refused it (a 2xx answer that could not be read counts as accepted).
+func mayHaveLanded(err error) bool {
+	switch {
+	case errors.Is(err, comfy.ErrNotConnected), errors.Is(err, comfy.ErrClosed), errors.Is(err, comfy.ErrInvalidWorkflow):
+		return false // nothing was sent, or nothing can be
+	}
+	return comfy.StatusCode(err) == 0
 }

@@ -62,8 +62,11 @@ type Timeouts struct {
 	Queue time.Duration
 	// Start bounds, per attempt, the time from leasing the job until the
 	// server reports execution_start. When it fires the prompt is
-	// interrupted and the attempt counts as a backend fault (the job is
-	// retried elsewhere while attempts remain).
+	// interrupted (deleted from the server's queue if pending, also when
+	// its POST /prompt is still unanswered) and the attempt counts as a
+	// backend fault (the job is retried elsewhere while attempts remain).
+	// A prompt reported started in time goes on even if its POST /prompt
+	// answer comes later (within Config.SubmitTimeout).
 	Start time.Duration
 	// Overall bounds the job from Enqueue to its end; when it fires a
 	// running prompt is interrupted and the job fails with a *TimeoutError
