@@ -16,6 +16,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -90,5 +91,51 @@ func TestStartTimeoutDuringSlowPost(t *testing.T) {
 			synctest.Wait()
 			assert.Equal(t, 1, executions(t, b.servers...), "one execution across the servers")
 		})
+	})
+}
+
+// A backend that ignores interrupts is removed while it runs a job: the
+// job is requeued and completes elsewhere, and its result lists the
+// abandoned attempt (which may still run on the removed server) with an
+// error matching ErrBackendRemoved. The requeue does not use up the job's
+// attempts.
+func TestRemoveBackendRecordsAbandonedAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 2, nil, nil)
+		synctest.Wait()
+		b.servers[0].HangPrompts(true)
+		b.servers[0].IgnoreInterrupts(true)
+		defer b.servers[0].HangPrompts(false)
+		id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{
+			PreferBackends: []string{"gpu-0"}, MaxAttempts: 1,
+		})
+		require.NoError(t, err)
+		synctest.Wait()
+		info, err := b.pool.Job(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, pool.StatusRunning, info.Status)
+		require.Equal(t, "gpu-0", info.Backend)
+
+		removedAt := time.Now()
+		require.NoError(t, b.pool.RemoveBackend(t.Context(), "gpu-0"))
+		res, err := b.pool.Wait(t.Context(), id)
+		require.NoError(t, err, "a removal does not count against MaxAttempts 1")
+		assert.Equal(t, "gpu-1", res.Backend)
+
+		require.Len(t, res.Attempts, 2)
+		a := res.Attempts[0]
+		assert.Equal(t, "gpu-0", a.Backend)
+		require.Len(t, b.servers[0].Prompts(), 1)
+		assert.Equal(t, b.servers[0].Prompts()[0].PromptID, a.PromptID)
+		assert.ErrorIs(t, a.Err, pool.ErrBackendRemoved)
+		assert.Equal(t, failover.ClassCancelled, a.Class, "not the backend's fault")
+		assert.False(t, a.Started.IsZero())
+		assert.False(t, a.Ended.Before(removedAt))
+		assert.Equal(t, "gpu-1", res.Attempts[1].Backend)
+		assert.NoError(t, res.Attempts[1].Err)
+
+		info, err = b.pool.Job(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, res.Attempts, info.Attempts)
 	})
 }

@@ -14,10 +14,6 @@ import (
 // DrainBackend and View for a backend name the Pool does not have.
 var ErrUnknownBackend = errors.New("pool: unknown backend")
 
-// errRemoved is the cause of a removed backend's context: its running
-// prompts are interrupted and their jobs requeued without an attempt.
-var errRemoved = errors.New("pool: backend removed")
-
 // backend is one ComfyUI server of the Pool.
 type backend struct {
 	cfg       BackendConfig
@@ -26,7 +22,7 @@ type backend struct {
 	tags      []string // cfg.Tags plus BackendTag(cfg.Name)
 	index     int      // position in configuration order (added ones last)
 
-	// ctx ends (cause errRemoved or the hard stop) when the backend's
+	// ctx ends (cause ErrBackendRemoved or the hard stop) when the backend's
 	// running prompts must give up; stop is closed when it is removed (its
 	// watcher ends).
 	ctx    context.Context
@@ -174,7 +170,9 @@ func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
 
 // RemoveBackend removes a backend at once: it takes no new job, its running
 // prompts are interrupted and their jobs requeued without counting an
-// attempt (they run again on another backend), then its client is closed.
+// attempt against MaxAttempts (they run again on another backend; the
+// abandoned attempt is recorded with an error matching
+// ErrBackendRemoved), then its client is closed.
 // RemoveBackend waits, bounded by ctx, for those jobs to be requeued; when
 // ctx ends first it returns ctx's error and the removal completes in the
 // background. Jobs that only this backend could run (strict binding, tags)
@@ -190,7 +188,7 @@ func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
 	}
 	p.removeLocked(b)
 	p.mu.Unlock()
-	b.cancel(errRemoved)
+	b.cancel(ErrBackendRemoved)
 	p.log.Info("backend removed", "backend", name)
 	return p.awaitIdle(ctx, b)
 }
@@ -260,7 +258,7 @@ func (p *Pool) idleLocked(b *backend) {
 			ctx, cancel := bgCtx()
 			defer cancel()
 			_ = b.client.Close(ctx)
-			b.cancel(errRemoved)
+			b.cancel(ErrBackendRemoved)
 		})
 	}
 }

@@ -63,7 +63,8 @@ func TestRemoveBackendRequeuesRunningJob(t *testing.T) {
 		res, err := b.pool.Wait(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, "gpu-1", res.Backend)
-		assert.Len(t, res.Attempts, 1, "the requeue did not count an attempt")
+		require.Len(t, res.Attempts, 2, "the interrupted attempt is recorded")
+		assert.ErrorIs(t, res.Attempts[0].Err, pool.ErrBackendRemoved)
 
 		require.ErrorIs(t, b.pool.RemoveBackend(ctx, "gpu-0"), pool.ErrUnknownBackend)
 		require.ErrorIs(t, b.pool.DrainBackend(ctx, "nope"), pool.ErrUnknownBackend)

@@ -458,11 +458,17 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	}
 	qctx, cancel := bgCtx()
 	defer cancel()
-	if ctx.Err() != nil { // hard stop: give the job back without an attempt
+	if ctx.Err() != nil {
+		// The backend was removed or the Pool stops: give the job back
+		// without counting the attempt (Requeue), but record it: its
+		// prompt may have run, or still run, on that server.
+		att.Err, att.Class, att.Ended = abandoned(b, att.PromptID, context.Cause(ctx)), failover.ClassCancelled, time.Now()
 		if _, rerr := p.q.Requeue(qctx, js.id, token); rerr != nil {
 			p.log.Warn("requeue on stop failed", "job_id", js.id, "err", rerr)
 		}
 		p.mu.Lock()
+		js.attempts = append(js.attempts, att)
+		js.requeued++
 		js.status, js.leased = StatusQueued, false
 		p.mu.Unlock()
 		return
@@ -473,6 +479,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	js.attempts = append(js.attempts, att)
 	js.lastErr = err
 	n := len(js.attempts)
+	counted := n - js.requeued // attempts against MaxAttempts
 	// Exclude the failed backend from the retry only if another backend may
 	// run the job; otherwise the retry waits for this one's cooldown.
 	exclude := false
@@ -488,7 +495,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 		p.finish(js, StatusFailed, nil, err)
 		return
 	}
-	delay := p.backoff(n)
+	delay := p.backoff(counted)
 	qj, ferr := p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude})
 	if ferr != nil {
 		p.log.Warn("fail failed", "job_id", js.id, "err", ferr)
@@ -509,6 +516,16 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	p.mu.Unlock()
 	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "err", err)
 	p.events.publish(Event{Kind: EventJobRetrying, JobID: js.id, Backend: b.cfg.Name, Attempt: n, PromptID: att.PromptID, Err: err, RetryAfter: delay})
+}
+
+// abandoned is the error of an attempt given back to the queue because
+// its backend was removed (cause ErrBackendRemoved) or the Pool stops: it
+// matches ErrBackendRemoved or ErrClosed.
+func abandoned(b *backend, promptID string, cause error) error {
+	if errors.Is(cause, ErrBackendRemoved) {
+		return fmt.Errorf("pool: prompt %s abandoned on %s: %w", promptID, b.cfg.Name, ErrBackendRemoved)
+	}
+	return fmt.Errorf("pool: prompt %s abandoned on %s: pool stopping: %w", promptID, b.cfg.Name, ErrClosed)
 }
 
 // timer is a stoppable one-shot timer whose channel is nil while it is not

@@ -9,7 +9,9 @@ import (
 // Sentinel errors; test with errors.Is.
 var (
 	// ErrClosed is returned by Enqueue and Start after Stop, and by Wait for
-	// a job that did not finish before the Pool stopped.
+	// a job that did not finish before the Pool stopped. It is also matched
+	// by the error of an attempt that Stop gave up waiting for (the job
+	// was requeued; see Attempt).
 	ErrClosed = errors.New("pool: closed")
 	// ErrNotFound is returned for a job ID the Pool does not know (never
 	// enqueued here, or its terminal record was dropped by retention).
@@ -25,6 +27,12 @@ var (
 	// longer than Config.OfflineTimeout. It is a backend fault: the job is
 	// retried on another backend.
 	ErrBackendOffline = errors.New("pool: backend offline")
+	// ErrBackendRemoved is matched by the error of an attempt given up
+	// because RemoveBackend removed its backend while the attempt ran (see
+	// Attempt): its prompt was interrupted, or may still run on the removed
+	// server, and the job was requeued without counting the attempt
+	// against MaxAttempts.
+	ErrBackendRemoved = errors.New("pool: backend removed")
 	// ErrInvalid is wrapped by errors about bad arguments.
 	ErrInvalid = errors.New("pool: invalid argument")
 )

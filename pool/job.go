@@ -23,8 +23,9 @@ type EnqueueOpts struct {
 	Priority int
 	// Metadata is stored with the job (tenant, user, ...). Copied.
 	Metadata map[string]string
-	// MaxAttempts is how many attempts (backend faults count, cancels and
-	// Stop requeues do not) the job gets. Defaults to 3.
+	// MaxAttempts is how many attempts (backend faults count; cancels and
+	// the requeues of RemoveBackend and Stop do not) the job gets.
+	// Defaults to 3.
 	MaxAttempts int
 	// IdempotencyKey, if set, makes Enqueue return the ID of the job
 	// already enqueued with this key (nil error, no new job, no second
@@ -115,7 +116,12 @@ const (
 	StatusCancelled Status = "cancelled" // terminal
 )
 
-// Attempt records one run of a job on a backend.
+// Attempt records one run of a job on a backend. Every attempt is
+// recorded, also one given back to the queue because its backend was
+// removed (Err matches ErrBackendRemoved) or Stop gave up waiting (Err
+// matches ErrClosed): its prompt may have run, or still run, on that
+// server. Such an attempt does not count against EnqueueOpts.MaxAttempts,
+// so a job may list more attempts than its queue attempt count.
 type Attempt struct {
 	Backend  string
 	PromptID string
@@ -123,7 +129,8 @@ type Attempt struct {
 	Ended    time.Time
 	// Err is why the attempt failed; nil for the successful one.
 	Err error
-	// Class is whose fault Err is (failover.Classify).
+	// Class is whose fault Err is (failover.Classify); ClassCancelled for
+	// an attempt given back to the queue.
 	Class failover.Class
 }
 
@@ -190,6 +197,7 @@ type jobState struct {
 	backend    string
 	promptID   string
 	attempts   []Attempt
+	requeued   int // attempts given back without counting (see Attempt)
 	lastErr    error
 	enqueuedAt time.Time
 	startedAt  time.Time
