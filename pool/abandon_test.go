@@ -2,8 +2,8 @@ package pool_test
 
 // Prompts the pool gives up on (a start timeout during a slow POST
 // /prompt, a removed backend, a hard stop) are never left running beside
-// their retry unnoticed, every attempt that sent a prompt is on record,
-// and a backend's slot is free when the job it ran is reported finished.
+// their retry unnoticed, and every attempt that sent a prompt is on
+// record.
 
 import (
 	"log/slog"

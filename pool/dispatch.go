@@ -72,6 +72,7 @@ func (p *Pool) dispatch() {
 		}
 		p.mu.Lock()
 		now := time.Now()
+		seen := p.enqueued                // the jobs this round's order knows of
 		var preferred map[string][]string // backend -> workflows of jobs preferring it
 		for js := range p.prefer {
 			if js.terminal {
@@ -133,7 +134,12 @@ func (p *Pool) dispatch() {
 			if len(prefer) == 0 {
 				prefer = p.cfg.Policy.Prefer(c)
 			}
-			if p.lease(b, prefer) {
+			leased, stale := p.lease(b, prefer, seen)
+			if stale { // a job enqueued meanwhile: order the backends again
+				progressed = true
+				break
+			}
+			if leased {
 				progressed = true
 			}
 		}
@@ -144,12 +150,16 @@ func (p *Pool) dispatch() {
 }
 
 // lease leases one job for b, preferring the given workflows, and starts
-// it. It reports whether a job was leased.
-func (p *Pool) lease(b *backend, prefer []string) bool {
+// it. It reports whether a job was leased. A job enqueued after the
+// dispatch round took its snapshot (seen) is given back instead, and
+// stale reported: the round's order did not account for it (a backend
+// ordered earlier, which it prefers or whose warm workflow it has, leased
+// nothing before it existed), so the round must order the backends again.
+func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bool) {
 	p.mu.Lock()
 	if b.draining || b.inflight >= b.cfg.MaxInFlight {
 		p.mu.Unlock()
-		return false
+		return false, false
 	}
 	var excl []string
 	for w := range p.workflows {
@@ -175,19 +185,58 @@ func (p *Pool) lease(b *backend, prefer []string) bool {
 		b.inflight--
 		p.idleLocked(b)
 		p.mu.Unlock()
-		return false
+		return false, false
+	}
+	p.mu.Lock()
+	js := p.jobs[qj.ID]
+	newer := js != nil && js.seq > seen
+	p.mu.Unlock()
+	if newer {
+		ctx, cancel := bgCtx()
+		_, err := p.q.Requeue(ctx, qj.ID, qj.LeaseToken)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			b.inflight--
+			p.idleLocked(b)
+			p.mu.Unlock()
+			return false, true
+		}
+		// Still leased: run it here rather than leave it waiting.
 	}
 	p.wg.Go(func() { p.runJob(b, qj) })
+	return true, false
+}
+
+// slot is the backend slot a runner holds (see lease and runJob). It is
+// freed exactly once: by finish when the runner's job ends (so that the
+// backend is free before Wait returns or the terminal event is
+// published), else when the runner returns (requeue, retry).
+type slot struct {
+	b     *backend
+	freed bool // guarded by Pool.mu
+}
+
+// freeLocked frees sl unless it was freed, and reports whether it did
+// (then the caller wakes the dispatcher). Caller holds p.mu.
+func (p *Pool) freeLocked(sl *slot) bool {
+	if sl == nil || sl.freed {
+		return false
+	}
+	sl.freed = true
+	sl.b.inflight--
+	p.idleLocked(sl.b)
 	return true
 }
 
-// release frees a slot of b and wakes the dispatcher.
-func (p *Pool) release(b *backend) {
+// free frees sl unless it was freed, and wakes the dispatcher.
+func (p *Pool) free(sl *slot) {
 	p.mu.Lock()
-	b.inflight--
-	p.idleLocked(b)
+	freed := p.freeLocked(sl)
 	p.mu.Unlock()
-	p.poke()
+	if freed {
+		p.poke()
+	}
 }
 
 func (p *Pool) backoff(n int) time.Duration {
@@ -217,7 +266,8 @@ func bgCtx() (context.Context, context.CancelFunc) {
 
 // runJob runs one leased job on b: submit, watch, and settle the lease.
 func (p *Pool) runJob(b *backend, qj *queue.Job) {
-	defer p.release(b)
+	sl := &slot{b: b}
+	defer p.free(sl) // unless finish freed it
 	p.mu.Lock()
 	js := p.jobs[qj.ID]
 	if js == nil {
@@ -229,6 +279,7 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 		return
 	}
 	js.leased = true
+	js.slot = sl
 	if js.cancelled || js.terminal {
 		p.mu.Unlock()
 		p.settleCancelled(js, qj.LeaseToken)

@@ -186,6 +186,7 @@ type jobState struct {
 	hash        string
 	opts        EnqueueOpts
 	maxAttempts int
+	seq         uint64 // Pool.enqueued when it was stored (see lease)
 
 	// Guarded by Pool.mu.
 	status     Status
@@ -204,6 +205,7 @@ type jobState struct {
 	finishedAt time.Time
 	timers     []*time.Timer
 	retained   *list.Element
+	slot       *slot // the backend slot of the job's latest runner (dispatch.go)
 
 	reservation string       // Accounting.Reserve's answer
 	reserved    bool         // Reserve succeeded: one Consume/Refund is due

@@ -59,6 +59,7 @@ type Pool struct {
 	workflows map[string]int         // structure hash -> unfinished jobs
 	prefer    map[*jobState]struct{} // unfinished jobs with PreferBackends (dispatch.go)
 	keys      map[string]*keyEntry   // idempotency key -> job (job.go)
+	enqueued  uint64                 // jobs stored so far; orders dispatch rounds (see lease)
 	stopOnce  sync.Once
 }
 
@@ -567,6 +568,8 @@ func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh st
 		cancelCh: make(chan struct{}), excluded: slices.Clone(o.ExcludeBackends),
 		reservation: reservation, reserved: reserved,
 	}
+	p.enqueued++
+	js.seq = p.enqueued
 	p.jobs[js.id] = js
 	p.notePreferLocked(js)
 	if ke != nil {
@@ -739,6 +742,10 @@ func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
 	}
 	js.retained = p.retained.PushBack(js)
 	p.pruneLocked(js.finishedAt)
+	// The backend that ran the job is free before anyone learns the job
+	// ended: a caller whose Wait returned may count on it.
+	freed := p.freeLocked(js.slot)
+	js.slot = nil
 	ev := Event{Kind: EventJobCompleted, JobID: js.id, Backend: js.backend, Attempt: len(js.attempts), PromptID: js.promptID}
 	switch st {
 	case StatusCompleted:
@@ -749,6 +756,9 @@ func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
 		ev.Kind = EventJobCancelled
 	}
 	p.mu.Unlock()
+	if freed {
+		p.poke()
+	}
 	p.settleAccount(acct, res, err)
 	close(js.done)
 	p.events.publish(ev)
