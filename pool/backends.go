@@ -30,7 +30,8 @@ type backend struct {
 	stop   chan struct{}
 
 	// Guarded by Pool.mu.
-	inflight   int
+	inflight   int       // slots taken: running jobs, and a lease in progress
+	leasing    int       // of inflight, the lease in progress (not a prompt)
 	last       string    // workflow completed last
 	graceUntil time.Time // no new job before (reconnect grace)
 	draining   bool      // takes no new job

@@ -170,7 +170,8 @@ func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bo
 			excl = append(excl, w)
 		}
 	}
-	b.inflight++
+	b.inflight++ // reserved while leasing: MaxInFlight holds
+	b.leasing++
 	p.mu.Unlock()
 	lp := queue.LeaseParams{
 		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags,
@@ -183,11 +184,13 @@ func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bo
 		}
 		p.mu.Lock()
 		b.inflight--
+		b.leasing--
 		p.idleLocked(b)
 		p.mu.Unlock()
 		return false, false
 	}
 	p.mu.Lock()
+	b.leasing--
 	js := p.jobs[qj.ID]
 	newer := js != nil && js.seq > seen
 	p.mu.Unlock()

@@ -436,7 +436,7 @@ func (p *Pool) Backends() []BackendStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, b := range backends {
-		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight, ServerQueue: queues[i],
+		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
 	}
 	return out
