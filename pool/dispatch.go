@@ -355,8 +355,8 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
 	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg}) // inputs.go: uploads input files first
-	if err != nil && errors.Is(context.Cause(cutCtx), errStartTimeout) {
-		err = &TimeoutError{Which: "start"}
+	if (errors.Is(err, errStartTimeout) || errors.Is(err, context.Canceled)) && errors.Is(context.Cause(cutCtx), errStartTimeout) {
+		err = &TimeoutError{Which: "start"} // (not an answer that came as it fired)
 	}
 	subCancel()
 	cut(nil)
