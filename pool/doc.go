@@ -11,7 +11,8 @@
 // dispatcher. A backend that is down at start does not stop the Pool: it
 // takes work once its WebSocket connects. [Pool.Stop] stops dispatching,
 // lets in-flight prompts finish (or, when its context ends, interrupts them
-// and requeues their jobs without counting an attempt), then closes the
+// and requeues their jobs without counting the attempt against
+// MaxAttempts; it is still listed in the job's Attempts), then closes the
 // clients, the queue if the Pool created it, and every event channel.
 //
 //	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{
@@ -77,7 +78,8 @@
 // # Backends and policy
 //
 // [Pool.AddBackend], [Pool.RemoveBackend] (running jobs are interrupted and
-// requeued without counting an attempt) and [Pool.DrainBackend] (no new
+// requeued without counting the attempt against MaxAttempts; it is listed,
+// matching [ErrBackendRemoved]) and [Pool.DrainBackend] (no new
 // jobs; waits for running ones, then removes) change the pool at run time.
 // A backend is claimed only when connected, below MaxInFlight and out of
 // its BackendConfig.ReconnectGrace (time for its client to reconcile
