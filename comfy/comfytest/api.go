@@ -44,6 +44,18 @@ type Dialect struct {
 	GlobalInterruptOnly bool // before 0.3.57: /interrupt ignores the body's prompt_id -> global interrupt
 	NoFeatures          bool // before 0.3.45: GET /features 404, no feature_flags reply on WS
 	NoAPIPrefix         bool // before 2024-06: /api/... routes 404
+	// LegacyExecutionError sends execution_error as servers before the
+	// 2024-08 executor rewrite did: current_outputs is an object mapping each
+	// node id that produced outputs to its formatted outputs
+	// ({"1": [["<value>"]]}), not a list of node ids.
+	LegacyExecutionError bool
+	// MissingNodeType rejects an unknown or missing class_type as 2026
+	// master does: error type missing_node_type, message "Node '<title or
+	// ID #x>' not found. The custom node may not be installed.", details
+	// "Node ID '#x'" and extra_info {node_id, class_type, node_title}
+	// (node_title from _meta.title). Default: invalid_prompt with
+	// extra_info {}, as 2023 to 2025 servers.
+	MissingNodeType bool
 }
 
 // NodeBehavior describes how a fake node class validates and runs.

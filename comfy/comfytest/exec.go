@@ -497,23 +497,40 @@ func (r *run) errorData(id string, f *Failure, inputs omap) omap {
 	}
 	cur := omap{}
 	for _, e := range inputs {
-		v := e.V
-		switch v.(type) {
-		case nil, bool, string, int, int64, float64, pyFloat, json.Number:
-		default:
-			if st, ok := v.(interface{ String() string }); ok {
-				v = st.String()
-			} else {
-				v = pyStr(v)
+		cur = append(cur, kv{e.K, []any{formatValue(e.V)}})
+	}
+	var curOut any = stringsAny(numDesc(r.t.prompt.keys()))
+	if r.s.opts.Dialect.LegacyExecutionError {
+		// Before the 2024-08 rewrite: {node id: [[formatted value, ...]
+		// per output slot]} for every node that produced outputs.
+		m := omap{}
+		for _, nid := range r.executed {
+			slots := []any{}
+			for _, v := range r.values[nid] {
+				slots = append(slots, []any{formatValue(v)})
 			}
+			m = append(m, kv{nid, slots})
 		}
-		cur = append(cur, kv{e.K, []any{v}})
+		curOut = m
 	}
 	d := omap{{"prompt_id", r.t.id}, {"node_id", id}, {"node_type", nodeClass(node)},
 		{"executed", stringsAny(numDesc(r.executed))}, {"exception_message", f.ExceptionMessage + "\n"},
 		{"exception_type", f.ExceptionType}, {"traceback", tb}, {"current_inputs", cur},
-		{"current_outputs", stringsAny(numDesc(r.t.prompt.keys()))}}
+		{"current_outputs", curOut}}
 	return r.withTS(d)
+}
+
+// formatValue is the server's format_value: primitives as they are, any
+// other value as its string form.
+func formatValue(v any) any {
+	switch v.(type) {
+	case nil, bool, string, int, int64, float64, pyFloat, json.Number:
+		return v
+	}
+	if st, ok := v.(interface{ String() string }); ok {
+		return st.String()
+	}
+	return pyStr(v)
 }
 
 func (r *run) interruptData(id string) omap {

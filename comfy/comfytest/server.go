@@ -279,6 +279,26 @@ func (s *Server) Restart() {
 	s.startWorker()
 }
 
+// RestartBehindProxy simulates a ComfyUI restart behind a reverse proxy
+// that keeps its clients' WebSockets open (and reconnects upstream with the
+// same clientId): everything Restart forgets is forgotten (queue, running
+// prompt, history, cache, counter), but no socket drops. A client sees no
+// disconnect and hears nothing more about its prompts, only the status
+// broadcasts of later work.
+func (s *Server) RestartBehindProxy() {
+	s.mu.Lock()
+	if s.closed || !s.started {
+		s.mu.Unlock()
+		return
+	}
+	cancel, done := s.bootCancel, s.workerDone
+	s.mu.Unlock()
+	cancel()
+	<-done
+	s.resetBoot()
+	s.startWorker()
+}
+
 // SetLatency delays the handling of every HTTP request (and WS upgrade) by
 // d, as a slow network on the way in would. 0 removes it. To hold the
 // answer after the request took effect (a prompt queued and running before

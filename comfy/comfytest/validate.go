@@ -16,6 +16,23 @@ func apiError(typ, msg, details string, extra omap) omap {
 	return omap{{"type", typ}, {"message", msg}, {"details", details}, {"extra_info", extra}}
 }
 
+// missingNodeType is 2026 master's error for a node without a known
+// class_type: the node is named by its _meta.title, or "ID #<id>".
+func missingNodeType(id string, node omap, classType any, what string) omap {
+	var title any
+	if meta, ok := node.get("_meta"); ok {
+		if mm, ok := meta.(omap); ok {
+			title, _ = mm.get("title")
+		}
+	}
+	name := "ID #" + id
+	if t, ok := title.(string); ok && t != "" {
+		name = t
+	}
+	return apiError("missing_node_type", fmt.Sprintf("Node '%s' %s", name, what), fmt.Sprintf("Node ID '#%s'", id),
+		omap{{"node_id", id}, {"class_type", classType}, {"node_title", title}})
+}
+
 type validator struct {
 	s         *Server
 	prompt    omap
@@ -36,11 +53,17 @@ func (s *Server) validatePrompt(prompt omap, partial []string) (omap, []string, 
 		m, isObj := e.V.(omap)
 		ct, has := m.get("class_type")
 		if !isObj || !has {
+			if s.opts.Dialect.MissingNodeType {
+				return missingNodeType(e.K, m, nil, "has no class_type. The workflow may be corrupted or a custom node is missing."), nil, omap{}
+			}
 			return apiError("invalid_prompt", "Cannot execute because a node is missing the class_type property.", fmt.Sprintf("Node ID '#%s'", e.K), nil), nil, omap{}
 		}
 		class, _ := ct.(string)
 		d := s.nodes[class]
 		if d == nil {
+			if s.opts.Dialect.MissingNodeType {
+				return missingNodeType(e.K, m, ct, "not found. The custom node may not be installed."), nil, omap{}
+			}
 			return apiError("invalid_prompt", fmt.Sprintf("Cannot execute because node %s does not exist.", pyStr(ct)), fmt.Sprintf("Node ID '#%s'", e.K), nil), nil, omap{}
 		}
 		if d.OutputNode && (partial == nil || contains(partial, e.K)) {
