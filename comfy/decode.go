@@ -13,9 +13,14 @@ import (
 // ({"type": ..., "data": {...}}) into its typed message (see message.go).
 //
 // A type this package does not model comes back as [*Unknown], not as an
-// error. Malformed JSON, a missing "type" or a field of the wrong JSON type
-// is an error wrapping [ErrBadResponse]. Optional fields that old servers
-// do not send (timestamp, display_node, prompt_id) are left zero;
+// error. Malformed JSON, a missing "type", or "data" that is not an object
+// is an error wrapping [ErrBadResponse]. Fields are decoded leniently,
+// because their shapes changed across server versions: a field of an
+// unexpected shape is dropped (left zero), never the message. So node ids
+// sent as numbers become their text, a traceback sent as one string is a
+// one-line Traceback, a float timestamp is truncated, and the pre-2024
+// current_outputs object gives its node ids. Optional fields that old
+// servers do not send (timestamp, display_node, prompt_id) are left zero;
 // "executing" with "node": null gives an [Executing] with Node "" (the end
 // of the prompt). The returned message does not alias data.
 func DecodeMessage(data []byte) (Message, error) {
@@ -50,7 +55,9 @@ func isNull(b []byte) bool {
 	return len(b) == 0 || string(b) == "null"
 }
 
-// unmarshalData decodes data into v; nil data (absent or null) leaves v zero.
+// unmarshalData decodes data into v; nil data (absent or null) leaves v
+// zero. v's fields are lenient (lenient.go), so only data that is not an
+// object fails.
 func unmarshalData(data []byte, v any) error {
 	if data == nil {
 		return nil
@@ -82,120 +89,131 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 	switch typ {
 	case TypeStatus:
 		var w struct {
-			Status struct {
-				ExecInfo struct {
-					QueueRemaining jsonInt `json:"queue_remaining"`
-				} `json:"exec_info"`
-			} `json:"status"`
-			SID string `json:"sid"`
+			Status lobj[struct {
+				ExecInfo lobj[struct {
+					QueueRemaining json.RawMessage `json:"queue_remaining"`
+				}] `json:"exec_info"`
+			}] `json:"status"`
+			SID lstr `json:"sid"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &Status{QueueRemaining: int(w.Status.ExecInfo.QueueRemaining), SID: w.SID}, nil
+		n, ok := parseInt(w.Status.v.ExecInfo.v.QueueRemaining)
+		if !ok || n < 0 || n > math.MaxInt32 {
+			return &Status{SID: string(w.SID), noQueue: true}, nil
+		}
+		return &Status{QueueRemaining: int(n), SID: string(w.SID)}, nil
 	case TypeExecutionStart:
 		var w struct {
-			PromptID  string  `json:"prompt_id"`
-			Timestamp jsonInt `json:"timestamp"`
+			PromptID  lstr `json:"prompt_id"`
+			Timestamp lint `json:"timestamp"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &ExecutionStart{PromptID: w.PromptID, Timestamp: int64(w.Timestamp)}, nil
+		return &ExecutionStart{PromptID: string(w.PromptID), Timestamp: int64(w.Timestamp)}, nil
 	case TypeExecutionCached:
 		var w struct {
-			PromptID  string   `json:"prompt_id"`
-			Nodes     []string `json:"nodes"`
-			Timestamp jsonInt  `json:"timestamp"`
+			PromptID  lstr  `json:"prompt_id"`
+			Nodes     lstrs `json:"nodes"`
+			Timestamp lint  `json:"timestamp"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &ExecutionCached{PromptID: w.PromptID, Nodes: w.Nodes, Timestamp: int64(w.Timestamp)}, nil
+		return &ExecutionCached{PromptID: string(w.PromptID), Nodes: w.Nodes, Timestamp: int64(w.Timestamp)}, nil
 	case TypeExecuting:
 		var w struct {
-			PromptID    string `json:"prompt_id"`
-			Node        string `json:"node"`
-			DisplayNode string `json:"display_node"`
+			PromptID    lstr `json:"prompt_id"`
+			Node        lstr `json:"node"`
+			DisplayNode lstr `json:"display_node"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &Executing{PromptID: w.PromptID, Node: w.Node, DisplayNode: w.DisplayNode}, nil
+		return &Executing{PromptID: string(w.PromptID), Node: string(w.Node), DisplayNode: string(w.DisplayNode)}, nil
 	case TypeProgress:
 		var w struct {
-			PromptID string  `json:"prompt_id"`
-			Node     string  `json:"node"`
-			Value    float64 `json:"value"`
-			Max      float64 `json:"max"`
+			PromptID lstr   `json:"prompt_id"`
+			Node     lstr   `json:"node"`
+			Value    lfloat `json:"value"`
+			Max      lfloat `json:"max"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &Progress{PromptID: w.PromptID, Node: w.Node, Value: w.Value, Max: w.Max}, nil
+		return &Progress{PromptID: string(w.PromptID), Node: string(w.Node), Value: float64(w.Value), Max: float64(w.Max)}, nil
 	case TypeProgressState:
 		var w struct {
-			PromptID string                  `json:"prompt_id"`
-			Nodes    map[string]NodeProgress `json:"nodes"`
+			PromptID lstr                   `json:"prompt_id"`
+			Nodes    lmap[wireNodeProgress] `json:"nodes"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &ProgressState{PromptID: w.PromptID, Nodes: w.Nodes}, nil
+		m := &ProgressState{PromptID: string(w.PromptID)}
+		if len(w.Nodes) > 0 {
+			m.Nodes = make(map[string]NodeProgress, len(w.Nodes))
+			for k, n := range w.Nodes {
+				m.Nodes[k] = n.node()
+			}
+		}
+		return m, nil
 	case TypeExecuted:
 		var w struct {
-			PromptID    string `json:"prompt_id"`
-			Node        string `json:"node"`
-			DisplayNode string `json:"display_node"`
-			Output      Output `json:"output"`
+			PromptID    lstr    `json:"prompt_id"`
+			Node        lstr    `json:"node"`
+			DisplayNode lstr    `json:"display_node"`
+			Output      lobject `json:"output"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &Executed{PromptID: w.PromptID, Node: w.Node, DisplayNode: w.DisplayNode, Output: w.Output}, nil
+		return &Executed{PromptID: string(w.PromptID), Node: string(w.Node), DisplayNode: string(w.DisplayNode), Output: Output(w.Output)}, nil
 	case TypeExecutionSuccess:
 		var w struct {
-			PromptID  string  `json:"prompt_id"`
-			Timestamp jsonInt `json:"timestamp"`
+			PromptID  lstr `json:"prompt_id"`
+			Timestamp lint `json:"timestamp"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &ExecutionSuccess{PromptID: w.PromptID, Timestamp: int64(w.Timestamp)}, nil
+		return &ExecutionSuccess{PromptID: string(w.PromptID), Timestamp: int64(w.Timestamp)}, nil
 	case TypeExecutionError:
 		var w struct {
-			PromptID         string                     `json:"prompt_id"`
-			NodeID           string                     `json:"node_id"`
-			NodeType         string                     `json:"node_type"`
-			ExceptionType    string                     `json:"exception_type"`
-			ExceptionMessage string                     `json:"exception_message"`
-			Traceback        []string                   `json:"traceback"`
-			Executed         []string                   `json:"executed"`
-			CurrentInputs    map[string]json.RawMessage `json:"current_inputs"`
-			CurrentOutputs   []string                   `json:"current_outputs"`
-			Timestamp        jsonInt                    `json:"timestamp"`
+			PromptID         lstr     `json:"prompt_id"`
+			NodeID           lstr     `json:"node_id"`
+			NodeType         lstr     `json:"node_type"`
+			ExceptionType    lstr     `json:"exception_type"`
+			ExceptionMessage lstr     `json:"exception_message"`
+			Traceback        lstrs    `json:"traceback"`
+			Executed         lstrs    `json:"executed"`
+			CurrentInputs    lobject  `json:"current_inputs"`
+			CurrentOutputs   lnodeIDs `json:"current_outputs"`
+			Timestamp        lint     `json:"timestamp"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
 		return &ExecutionError{
-			PromptID: w.PromptID, NodeID: w.NodeID, NodeType: w.NodeType,
-			ExceptionType: w.ExceptionType, ExceptionMessage: w.ExceptionMessage,
+			PromptID: string(w.PromptID), NodeID: string(w.NodeID), NodeType: string(w.NodeType),
+			ExceptionType: string(w.ExceptionType), ExceptionMessage: string(w.ExceptionMessage),
 			Traceback: w.Traceback, Executed: w.Executed, CurrentInputs: w.CurrentInputs,
 			CurrentOutputs: w.CurrentOutputs, Timestamp: int64(w.Timestamp),
 		}, nil
 	case TypeExecutionInterrupted:
 		var w struct {
-			PromptID  string   `json:"prompt_id"`
-			NodeID    string   `json:"node_id"`
-			NodeType  string   `json:"node_type"`
-			Executed  []string `json:"executed"`
-			Timestamp jsonInt  `json:"timestamp"`
+			PromptID  lstr  `json:"prompt_id"`
+			NodeID    lstr  `json:"node_id"`
+			NodeType  lstr  `json:"node_type"`
+			Executed  lstrs `json:"executed"`
+			Timestamp lint  `json:"timestamp"`
 		}
 		if err := unmarshalData(data, &w); err != nil {
 			return nil, err
 		}
-		return &ExecutionInterrupted{PromptID: w.PromptID, NodeID: w.NodeID, NodeType: w.NodeType,
+		return &ExecutionInterrupted{PromptID: string(w.PromptID), NodeID: string(w.NodeID), NodeType: string(w.NodeType),
 			Executed: w.Executed, Timestamp: int64(w.Timestamp)}, nil
 	case TypeFeatureFlags:
 		var flags map[string]json.RawMessage
@@ -291,4 +309,9 @@ func sniffImage(b []byte) string {
 		return "image/webp"
 	}
 	return "application/octet-stream"
+}
+
+// newPromptError builds the error of a prompt rejected by validation.
+func newPromptError(status int, d ErrorDetail, ne map[string]NodeError) *PromptError {
+	return &PromptError{StatusCode: status, Err: d, NodeErrors: ne}
 }

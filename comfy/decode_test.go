@@ -118,17 +118,14 @@ func TestDecodeMessageExecutingDone(t *testing.T) {
 
 func TestDecodeMessageErrors(t *testing.T) {
 	for name, in := range map[string]string{
-		"not json":            `{"type": "status"`,
-		"not an object":       `[1,2]`,
-		"no type":             `{"data": {}}`,
-		"type not a string":   `{"type": 5, "data": {}}`,
-		"node wrong type":     `{"type": "executing", "data": {"node": 5}}`,
-		"nodes not a list":    `{"type": "execution_cached", "data": {"nodes": "1"}}`,
-		"value not a number":  `{"type": "progress", "data": {"value": "x", "max": 2}}`,
-		"queue not integer":   `{"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 1.5}}}}`,
-		"data not an object":  `{"type": "execution_start", "data": "p1"}`,
-		"progress_state list": `{"type": "progress_state", "data": {"nodes": []}}`,
-		"empty":               ``,
+		"not json":             `{"type": "status"`,
+		"not an object":        `[1,2]`,
+		"no type":              `{"data": {}}`,
+		"type not a string":    `{"type": 5, "data": {}}`,
+		"data not an object":   `{"type": "execution_start", "data": "p1"}`,
+		"data a list":          `{"type": "execution_error", "data": ["p1"]}`,
+		"status data a number": `{"type": "status", "data": 3}`,
+		"empty":                ``,
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, err := DecodeMessage([]byte(in))
@@ -288,12 +285,10 @@ func TestDecodeHistoryKeepsOrder(t *testing.T) {
 
 func TestDecodeHistoryErrors(t *testing.T) {
 	for name, in := range map[string]string{
-		"list":            `[]`,
-		"entry not obj":   `{"a": 5}`,
-		"prompt not list": `{"a": {"prompt": {}}}`,
-		"bad message":     `{"a": {"prompt": [1, "a"], "status": {"messages": [[5, {}]]}}}`,
-		"trailing":        `{} {}`,
-		"truncated":       `{"a": {"prompt": [1, "a"]}`,
+		"list":          `[]`,
+		"entry not obj": `{"a": 5}`,
+		"trailing":      `{} {}`,
+		"truncated":     `{"a": {"prompt": [1, "a"]}`,
 	} {
 		_, err := decodeHistory([]byte(in))
 		assert.Error(t, err, name)
@@ -355,10 +350,9 @@ func TestDecodePromptResponse(t *testing.T) {
 		assert.True(t, IsRetryable(err))
 	})
 	for name, body := range map[string]string{
-		"garbage":        `<html>`,
-		"no prompt_id":   `{"number": 1}`,
-		"wrong types":    `{"prompt_id": 5}`,
-		"bad nodeerrors": `{"prompt_id": "p", "node_errors": 5}`,
+		"garbage":      `<html>`,
+		"no prompt_id": `{"number": 1}`,
+		"wrong types":  `{"prompt_id": 5}`,
 	} {
 		t.Run("200 "+name, func(t *testing.T) {
 			_, err := decodePromptResponse(200, "/prompt", []byte(body))
@@ -380,6 +374,14 @@ var goldenSeeds = []string{
 	goldenProgressState, goldenExecuting, goldenExecutingDone, goldenExecutingReconn, goldenProgress,
 	goldenExecuted, goldenExecutedNull, goldenExecSuccess, goldenExecError, goldenExecInterrupted,
 	oldExecStart, oldExecuting, oldProgress, `{"type":"x"}`,
+	// Shapes of other server versions (decode_versions_test.go).
+	legacyExecError,
+	`{"type": "execution_error", "data": {"prompt_id": "p", "node_id": 2, "node_type": "K", "traceback": "Traceback\n", "current_outputs": {"1": [["x"]]}, "timestamp": 1.5}}`,
+	`{"type": "executing", "data": {"node": 5, "display_node": 5, "prompt_id": "p"}}`,
+	`{"type": "status", "data": {"status": {"exec_info": {"queue_remaining": "2"}}, "sid": null}}`,
+	`{"type": "progress_state", "data": {"prompt_id": "p", "nodes": {"1": 5, "2": {"value": "x", "max": 1, "node_id": 2}}}}`,
+	`{"type": "execution_cached", "data": {"nodes": "3", "prompt_id": "p"}}`,
+	`{"type": "executed", "data": {"node": "4", "output": ["a.png"], "prompt_id": "p"}}`,
 }
 
 // reencode turns a decoded message back into a wire frame, for the
@@ -388,7 +390,11 @@ func reencode(m Message) ([]byte, bool) {
 	var data any
 	switch m := m.(type) {
 	case *Status:
-		data = map[string]any{"status": map[string]any{"exec_info": map[string]any{"queue_remaining": m.QueueRemaining}}, "sid": m.SID}
+		info := map[string]any{"queue_remaining": m.QueueRemaining}
+		if m.noQueue {
+			info = map[string]any{}
+		}
+		data = map[string]any{"status": map[string]any{"exec_info": info}, "sid": m.SID}
 	case *Progress:
 		data = map[string]any{"prompt_id": m.PromptID, "node": m.Node, "value": m.Value, "max": m.Max}
 	case *Executing:
@@ -469,7 +475,10 @@ func FuzzDecodeBinary(f *testing.F) {
 }
 
 func FuzzHistory(f *testing.F) {
-	for _, s := range []string{goldenHistoryOK, goldenHistoryError, goldenHistoryIntr, oldHistory, `{}`} {
+	for _, s := range []string{goldenHistoryOK, goldenHistoryError, goldenHistoryIntr, oldHistory, `{}`,
+		`{"p1": {"prompt": [3, "p1", {}, {}, ["3"]], "outputs": {}, "status": {"status_str": "error", "completed": false, "notes": [["execution_start", {"prompt_id": "p1"}], ["execution_error", {"prompt_id": "p1", "node_id": "2", "node_type": "K", "current_outputs": {"1": [["x"]]}}]]}}}`,
+		`{"p1": {"prompt": {"x": 1}, "outputs": {"10": "x"}, "status": {"status_str": 1, "messages": [[5, {}], "x"]}, "meta": {"10": []}}}`,
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -493,6 +502,9 @@ func FuzzPromptResponse(f *testing.F) {
 	f.Add(400, []byte(`{"error": "no prompt", "node_errors": []}`))
 	f.Add(400, []byte(`{"error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation", "details": "", "extra_info": {}}, "node_errors": {"1": {"errors": [{"type": "value_smaller_than_min", "message": "Value 0 smaller than min of 1", "details": "width", "extra_info": {"input_name": "width", "received_value": 0}}], "dependent_outputs": ["3"], "class_type": "EmptyImage"}}}`))
 	f.Add(500, []byte("500 Internal Server Error\n\nServer got itself in trouble"))
+	f.Add(200, []byte(`{"prompt_id": "p", "number": "7", "node_errors": 5}`))
+	f.Add(400, []byte(`{"error": {"type": "missing_node_type", "message": "Node 'My Loader' not found. The custom node may not be installed.", "details": "Node ID '#1'", "extra_info": {"node_id": "1", "class_type": "NoSuchNode", "node_title": "My Loader"}}, "node_errors": {}}`))
+	f.Add(400, []byte(`{"error": "Cannot execute because node NoSuchNode does not exist.", "node_errors": [{"errors": ["x", 5], "class_type": 3}]}`))
 	f.Fuzz(func(t *testing.T, status int, data []byte) {
 		r, err := decodePromptResponse(status, "/prompt", data)
 		if err == nil {

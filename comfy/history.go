@@ -243,54 +243,86 @@ func decodeHistory(b []byte) ([]*HistoryEntry, error) {
 	return out, nil
 }
 
-// decodeHistoryEntry decodes one entry of /history.
+// decodeHistoryEntry decodes one entry of /history. Only an entry that is
+// not an object is an error; fields whose shape changed across versions are
+// decoded leniently (see lenient.go): a prompt tuple, output, meta entry or
+// status message of an unexpected shape is dropped, the entry kept. The
+// status messages were called "notes" on servers of 2024-01-11.
 func decodeHistoryEntry(id string, raw []byte) (*HistoryEntry, error) {
 	var w struct {
-		Prompt  json.RawMessage   `json:"prompt"`
-		Outputs map[string]Output `json:"outputs"`
-		Status  *struct {
-			StatusStr string            `json:"status_str"`
-			Completed bool              `json:"completed"`
-			Messages  []json.RawMessage `json:"messages"`
-		} `json:"status"`
-		Meta map[string]NodeMetaInfo `json:"meta"`
+		Prompt  json.RawMessage `json:"prompt"`
+		Outputs lmap[lobject]   `json:"outputs"`
+		Status  lobj[struct {
+			StatusStr lstr  `json:"status_str"`
+			Completed lbool `json:"completed"`
+			Messages  lraws `json:"messages"`
+			Notes     lraws `json:"notes"`
+		}] `json:"status"`
+		Meta lmap[struct {
+			NodeID      lstr `json:"node_id"`
+			DisplayNode lstr `json:"display_node"`
+			ParentNode  lstr `json:"parent_node"`
+			RealNodeID  lstr `json:"real_node_id"`
+		}] `json:"meta"`
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, err
 	}
-	e := &HistoryEntry{PromptID: id, Outputs: w.Outputs, Meta: w.Meta}
-	if !isNull(w.Prompt) {
-		item, err := decodeQueueItem(w.Prompt)
-		if err != nil {
-			return nil, fmt.Errorf("prompt: %w", err)
-		}
-		e.Number, e.Prompt, e.ExtraData, e.OutputsToExecute = item.Number, item.Prompt, item.ExtraData, item.OutputsToExecute
-		if e.PromptID == "" {
-			e.PromptID = item.PromptID
+	e := &HistoryEntry{PromptID: id}
+	if w.Outputs != nil {
+		e.Outputs = make(map[string]Output, len(w.Outputs))
+		for k, o := range w.Outputs {
+			e.Outputs[k] = Output(o)
 		}
 	}
-	if w.Status != nil {
-		st := &HistoryStatus{StatusStr: w.Status.StatusStr, Completed: w.Status.Completed}
-		for i, pair := range w.Status.Messages {
-			var p []json.RawMessage
-			if err := json.Unmarshal(pair, &p); err != nil || len(p) < 1 {
-				return nil, fmt.Errorf("status message %d is not an [event, data] pair", i)
-			}
-			var name string
-			if err := json.Unmarshal(p[0], &name); err != nil {
-				return nil, fmt.Errorf("status message %d has no event name", i)
-			}
-			var data json.RawMessage
-			if len(p) > 1 {
-				data = p[1]
-			}
-			m, err := decodeTyped(name, data)
-			if err != nil {
-				return nil, err
-			}
-			st.Messages = append(st.Messages, m)
+	if w.Meta != nil {
+		e.Meta = make(map[string]NodeMetaInfo, len(w.Meta))
+		for k, m := range w.Meta {
+			e.Meta[k] = NodeMetaInfo{NodeID: string(m.NodeID), DisplayNode: string(m.DisplayNode),
+				ParentNode: string(m.ParentNode), RealNodeID: string(m.RealNodeID)}
 		}
-		e.Status = st
+	}
+	if !isNull(w.Prompt) {
+		if item, err := decodeQueueItem(w.Prompt); err == nil {
+			e.Number, e.Prompt, e.ExtraData, e.OutputsToExecute = item.Number, item.Prompt, item.ExtraData, item.OutputsToExecute
+			if e.PromptID == "" {
+				e.PromptID = item.PromptID
+			}
+		}
+	}
+	if st := w.Status.v; w.Status.ok {
+		msgs := st.Messages
+		if msgs == nil {
+			msgs = st.Notes
+		}
+		e.Status = &HistoryStatus{StatusStr: string(st.StatusStr), Completed: bool(st.Completed)}
+		for _, pair := range msgs {
+			if m, ok := decodeStatusMessage(pair); ok {
+				e.Status.Messages = append(e.Status.Messages, m)
+			}
+		}
 	}
 	return e, nil
+}
+
+// decodeStatusMessage decodes one [event name, data] pair of a history
+// status; ok is false for a pair of another shape.
+func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
+	var p []json.RawMessage
+	if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+		return nil, false
+	}
+	var name string
+	if json.Unmarshal(p[0], &name) != nil {
+		return nil, false
+	}
+	var data json.RawMessage
+	if len(p) > 1 {
+		data = p[1]
+	}
+	m, err := decodeTyped(name, data)
+	if err != nil {
+		return nil, false
+	}
+	return m, true
 }

@@ -361,7 +361,7 @@ func TestQueuePromptErrors(t *testing.T) {
 func TestGarbageJSONIsBadResponse(t *testing.T) {
 	f := newFake(t, map[string]http.HandlerFunc{
 		"GET /queue":        jsonBody(200, `{"queue_running": [[1]], "queue_pending": []}`),
-		"GET /history/x":    jsonBody(200, `{"x": {"prompt": "nope"}}`),
+		"GET /history/x":    jsonBody(200, `{"x": "nope"}`),
 		"GET /system_stats": jsonBody(200, `{"system": 5`),
 		"GET /prompt":       jsonBody(200, `{}`),
 	})

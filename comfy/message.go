@@ -44,10 +44,14 @@ const (
 )
 
 // Status is the queue status broadcast. SID is set only on the first message
-// of a connection and names the connection's client id.
+// of a connection and names the connection's client id. QueueRemaining is 0
+// also when the message carried no usable queue_remaining; the client then
+// keeps the last known count.
 type Status struct {
 	QueueRemaining int
 	SID            string
+
+	noQueue bool // queue_remaining was absent or not a number: QueueRemaining is unknown
 }
 
 // ExecutionStart announces that a prompt began executing.
@@ -125,11 +129,19 @@ type ExecutionError struct {
 	NodeType         string
 	ExceptionType    string
 	ExceptionMessage string
-	Traceback        []string
-	Executed         []string
-	CurrentInputs    map[string]json.RawMessage
-	CurrentOutputs   []string
-	Timestamp        int64
+	// Traceback holds the traceback lines (one line when the server sent
+	// the traceback as a single string).
+	Traceback []string
+	// Executed lists the nodes that finished in this run.
+	Executed []string
+	// CurrentInputs maps each input of the failed node to its formatted
+	// values.
+	CurrentInputs map[string]json.RawMessage
+	// CurrentOutputs lists the node ids that had outputs when the node
+	// failed. Servers before the 2024-08 executor rewrite send an object
+	// keyed by node id; its keys are listed, in the server's order.
+	CurrentOutputs []string
+	Timestamp      int64
 }
 
 // ExecutionInterrupted reports a prompt stopped by POST /interrupt. The error

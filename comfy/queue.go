@@ -89,7 +89,9 @@ func decodeQueueState(running, pending []json.RawMessage) (*QueueState, error) {
 
 // decodeQueueItem decodes the tuple [number, prompt_id, prompt, extra_data,
 // outputs_to_execute]. Only indexes 0 to 4 are read: newer servers may add
-// elements.
+// elements. An item that is not a list, or has no prompt id, is an error;
+// the other elements are decoded leniently (a number of another shape is 0,
+// extra_data that is not an object is nil, see lenient.go).
 func decodeQueueItem(raw []byte) (QueueItem, error) {
 	var t []json.RawMessage
 	if err := json.Unmarshal(raw, &t); err != nil {
@@ -98,25 +100,26 @@ func decodeQueueItem(raw []byte) (QueueItem, error) {
 	if len(t) < 2 {
 		return QueueItem{}, fmt.Errorf("queue item has %d elements, want 5", len(t))
 	}
-	var it QueueItem
-	if err := json.Unmarshal(t[0], &it.Number); err != nil {
-		return QueueItem{}, errors.New("queue item number is not a number")
+	var id lstr
+	_ = id.UnmarshalJSON(t[1])
+	if id == "" {
+		return QueueItem{}, errors.New("queue item has no prompt id")
 	}
-	if err := json.Unmarshal(t[1], &it.PromptID); err != nil {
-		return QueueItem{}, errors.New("queue item prompt id is not a string")
-	}
+	var number lfloat
+	_ = number.UnmarshalJSON(t[0])
+	it := QueueItem{Number: float64(number), PromptID: string(id)}
 	if len(t) > 2 && !isNull(t[2]) {
 		it.Prompt = t[2]
 	}
 	if len(t) > 3 {
-		if err := json.Unmarshal(t[3], &it.ExtraData); err != nil {
-			return QueueItem{}, errors.New("queue item extra_data is not an object")
-		}
+		var extra lobject
+		_ = extra.UnmarshalJSON(t[3])
+		it.ExtraData = extra
 	}
 	if len(t) > 4 {
-		if err := json.Unmarshal(t[4], &it.OutputsToExecute); err != nil {
-			return QueueItem{}, errors.New("queue item outputs_to_execute is not a list of strings")
-		}
+		var outs lstrs
+		_ = outs.UnmarshalJSON(t[4])
+		it.OutputsToExecute = outs
 	}
 	return it, nil
 }

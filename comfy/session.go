@@ -215,7 +215,9 @@ func (s *session) route(m Message) {
 	id := m.PromptOf()
 	switch m := m.(type) {
 	case *Status:
-		s.queue, s.queueOK = m.QueueRemaining, true
+		if !m.noQueue {
+			s.queue, s.queueOK = m.QueueRemaining, true
+		}
 		return // not about one prompt
 	case *FeatureFlags, *Unknown:
 		return // not about one prompt

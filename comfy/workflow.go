@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -260,27 +259,33 @@ type PromptResponse struct {
 }
 
 // nodeErrors decodes node_errors as an object or (old servers) a list,
-// whose items are keyed by position.
+// whose items are keyed by position. It is lenient (see lenient.go): a node
+// or reason of an unexpected shape is dropped, and node_errors of another
+// shape is empty.
 type nodeErrors map[string]NodeError
 
 func (n *nodeErrors) UnmarshalJSON(b []byte) error {
-	if isNull(b) {
-		return nil
-	}
-	var m map[string]NodeError
-	if err := json.Unmarshal(b, &m); err == nil {
-		*n = m
-		return nil
-	}
-	var l []NodeError
-	if err := json.Unmarshal(b, &l); err != nil {
-		return errors.New("node_errors is neither an object nor a list")
-	}
-	if len(l) > 0 {
-		*n = make(map[string]NodeError, len(l))
-		for i, e := range l {
-			(*n)[strconv.Itoa(i)] = e
+	var byID lmap[wireNodeError]
+	_ = byID.UnmarshalJSON(b)
+	if len(byID) > 0 {
+		*n = make(nodeErrors, len(byID))
+		for id, w := range byID {
+			(*n)[id] = w.nodeError()
 		}
+		return nil
+	}
+	var l lraws
+	_ = l.UnmarshalJSON(b)
+	for i, raw := range l {
+		var w lobj[wireNodeError]
+		_ = w.UnmarshalJSON(raw)
+		if !w.ok {
+			continue
+		}
+		if *n == nil {
+			*n = make(nodeErrors, len(l))
+		}
+		(*n)[strconv.Itoa(i)] = w.v.nodeError()
 	}
 	return nil
 }
@@ -293,7 +298,7 @@ func decodePromptResponse(status int, path string, body []byte) (*PromptResponse
 	if status >= 200 && status <= 299 {
 		var w struct {
 			PromptID   *string    `json:"prompt_id"`
-			Number     float64    `json:"number"`
+			Number     lfloat     `json:"number"`
 			NodeErrors nodeErrors `json:"node_errors"`
 		}
 		if err := json.Unmarshal(body, &w); err != nil {
@@ -306,19 +311,19 @@ func decodePromptResponse(status int, path string, body []byte) (*PromptResponse
 		if len(w.NodeErrors) > 0 {
 			ne = w.NodeErrors
 		}
-		return &PromptResponse{PromptID: *w.PromptID, Number: w.Number, NodeErrors: ne}, nil
+		return &PromptResponse{PromptID: *w.PromptID, Number: float64(w.Number), NodeErrors: ne}, nil
 	}
 	if status == 400 {
 		var w struct {
-			Error      *ErrorDetail `json:"error"`
+			Error      lerrorDetail `json:"error"`
 			NodeErrors nodeErrors   `json:"node_errors"`
 		}
-		if err := json.Unmarshal(body, &w); err == nil && w.Error != nil {
+		if err := json.Unmarshal(body, &w); err == nil && w.Error.ok {
 			var ne map[string]NodeError
 			if len(w.NodeErrors) > 0 {
 				ne = w.NodeErrors
 			}
-			return nil, &PromptError{StatusCode: status, Err: *w.Error, NodeErrors: ne}
+			return nil, newPromptError(status, w.Error.d, ne)
 		}
 	}
 	return nil, &HTTPError{Method: "POST", Path: path, StatusCode: status, Body: string(truncBytes(body, 4<<10))}

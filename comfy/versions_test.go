@@ -1,0 +1,39 @@
+package comfy_test
+
+import (
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
+)
+
+// TestOldServerExecutionError: a server from before the 2024 executor
+// rewrite sends execution_error with current_outputs as an object. The
+// prompt fails with the node's error (a workflow fault), not as a lost
+// prompt or an undecodable answer.
+func TestOldServerExecutionError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, &comfytest.Options{Dialect: comfytest.Dialect{
+			LegacyExecutionError: true, NoExecutionSuccess: true, NoDisplayNode: true, NoProgressState: true,
+			NoCachedExecuted: true, NoFeatures: true, GlobalInterruptOnly: true, IgnorePromptID: true,
+		}})
+		c := runClient(t, srv, nil)
+		rec := newRecorder()
+		res, err := c.Run(t.Context(), parseWF(t, comfytest.WorkflowFailing), &comfy.RunOptions{OnMessage: rec.on})
+		assert.Nil(t, res)
+		var ee *comfy.ExecutionError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, "2", ee.NodeID)
+		assert.Equal(t, "ImageToMask", ee.NodeType)
+		assert.Equal(t, "IndexError", ee.ExceptionType)
+		assert.NotEmpty(t, ee.ExceptionMessage)
+		assert.Equal(t, []string{"1"}, ee.CurrentOutputs, "the node ids of the old object")
+		assert.True(t, comfy.IsWorkflowFault(err))
+		assert.False(t, comfy.IsRetryable(err))
+		assert.Contains(t, rec.types(), comfy.TypeExecutionError, "delivered on the socket, not dropped")
+	})
+}
