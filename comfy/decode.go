@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // DecodeMessage decodes one JSON text frame of the WebSocket
@@ -311,7 +312,36 @@ func sniffImage(b []byte) string {
 	return "application/octet-stream"
 }
 
-// newPromptError builds the error of a prompt rejected by validation.
+// newPromptError builds the error of a prompt rejected by validation,
+// with the node its top-level error names (see PromptError.NodeID).
 func newPromptError(status int, d ErrorDetail, ne map[string]NodeError) *PromptError {
-	return &PromptError{StatusCode: status, Err: d, NodeErrors: ne}
+	e := &PromptError{StatusCode: status, Err: d, NodeErrors: ne}
+	switch d.Type {
+	case "invalid_prompt", "missing_node_type", "":
+	default:
+		return e // about outputs or inputs: the nodes are in NodeErrors
+	}
+	var extra lobj[struct {
+		NodeID    lstr `json:"node_id"`
+		ClassType lstr `json:"class_type"`
+	}]
+	_ = extra.UnmarshalJSON(d.ExtraInfo)
+	e.NodeID, e.NodeType = string(extra.v.NodeID), string(extra.v.ClassType)
+	if e.NodeID == "" {
+		// "Node ID '#12:5'"
+		if _, rest, ok := strings.Cut(d.Details, "Node ID '#"); ok {
+			if id, _, ok := strings.Cut(rest, "'"); ok {
+				e.NodeID = id
+			}
+		}
+	}
+	if e.NodeType == "" {
+		// "Cannot execute because node RIFE VFI does not exist."
+		if _, rest, ok := strings.Cut(d.Message, "Cannot execute because node "); ok {
+			if class, _, ok := strings.Cut(rest, " does not exist"); ok {
+				e.NodeType = class
+			}
+		}
+	}
+	return e
 }

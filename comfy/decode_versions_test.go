@@ -159,3 +159,34 @@ func TestPromptResponseVersionShapes(t *testing.T) {
 			Errors: []ErrorDetail{{Message: "plain text"}, {Type: "value_not_in_list", Message: "5", Details: "ckpt_name: 'x' not in []"}}}}, pe.NodeErrors)
 	})
 }
+
+// The node an invalid_prompt / missing_node_type answer names, in the
+// shape of each server version.
+func TestPromptErrorNodeByVersion(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name             string
+		body             string
+		nodeID, nodeType string
+	}{
+		{"2023-2025 unknown class (invalid_prompt)", `{"error": {"type": "invalid_prompt", "message": "Cannot execute because node NoSuchNode does not exist.", "details": "Node ID '#1'", "extra_info": {}}, "node_errors": {}}`, "1", "NoSuchNode"},
+		{"2023-2025 class with spaces", `{"error": {"type": "invalid_prompt", "message": "Cannot execute because node RIFE VFI does not exist.", "details": "Node ID '#12:5'", "extra_info": {}}, "node_errors": {}}`, "12:5", "RIFE VFI"},
+		{"2023-2025 missing class_type", `{"error": {"type": "invalid_prompt", "message": "Cannot execute because a node is missing the class_type property.", "details": "Node ID '#1'", "extra_info": {}}, "node_errors": {}}`, "1", ""},
+		{"2026 unknown class (missing_node_type)", `{"error": {"type": "missing_node_type", "message": "Node 'ClownsharKSampler' not found. The custom node may not be installed.", "details": "Node ID '#72'", "extra_info": {"node_id": "72", "class_type": "ClownsharKSampler_Beta", "node_title": "ClownsharKSampler"}}, "node_errors": {}}`, "72", "ClownsharKSampler_Beta"},
+		{"2026 missing class_type", `{"error": {"type": "missing_node_type", "message": "Node 'ID #7' has no class_type. The workflow may be corrupted or a custom node is missing.", "details": "Node ID '#7'", "extra_info": {"node_id": "7", "class_type": null, "node_title": null}}, "node_errors": {}}`, "7", ""},
+		{"missing_node_type without extra_info", `{"error": {"type": "missing_node_type", "message": "Node 'Image_Resizer' not found.", "details": "Node ID '#30'"}}`, "30", ""},
+		{"node_id as a number", `{"error": {"type": "missing_node_type", "message": "m", "extra_info": {"node_id": 30, "class_type": "X"}}, "node_errors": {}}`, "30", "X"},
+		{"before 2023-05: error as text", `{"error": "Cannot execute because node NoSuchNode does not exist.", "node_errors": []}`, "", "NoSuchNode"},
+		{"not about one node", `{"error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation", "details": "Node ID '#3'", "extra_info": {}}, "node_errors": {}}`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := decodePromptResponse(400, "/prompt", []byte(tt.body))
+			var pe *PromptError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, tt.nodeID, pe.NodeID)
+			assert.Equal(t, tt.nodeType, pe.NodeType)
+		})
+	}
+}

@@ -71,6 +71,17 @@ type PromptError struct {
 	StatusCode int
 	Err        ErrorDetail
 	NodeErrors map[string]NodeError
+	// NodeID is the id of the node the error is about, when the server's
+	// top-level error names one (an unknown or missing class_type): from
+	// extra_info.node_id (missing_node_type, 2026 servers) or from the
+	// details "Node ID '#<id>'" (invalid_prompt, 2023 to 2025). Otherwise
+	// "": validation reasons per node are in NodeErrors.
+	NodeID string
+	// NodeType is the class_type the server does not have, when it says:
+	// extra_info.class_type (2026 servers), or the class named in the
+	// message "Cannot execute because node <class> does not exist." (older
+	// servers). "" when the node has no class_type at all.
+	NodeType string
 }
 
 // Error implements error: "comfy: GET /view: 404 Not Found" followed by the

@@ -37,3 +37,23 @@ func TestOldServerExecutionError(t *testing.T) {
 		assert.Contains(t, rec.types(), comfy.TypeExecutionError, "delivered on the socket, not dropped")
 	})
 }
+
+// TestUnknownClassNamesTheNode: both server generations' answers to an
+// unknown class_type give the node id and the missing class.
+func TestUnknownClassNamesTheNode(t *testing.T) {
+	wf := `{"1":{"class_type":"NoSuchNode","inputs":{},"_meta":{"title":"My Loader"}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`
+	for name, d := range map[string]comfytest.Dialect{"0.3.64": {}, "2026": {MissingNodeType: true}} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := inMemory(t, &comfytest.Options{Dialect: d})
+				c := runClient(t, srv, nil)
+				_, err := c.Run(t.Context(), parseWF(t, []byte(wf)), nil)
+				var pe *comfy.PromptError
+				require.ErrorAs(t, err, &pe)
+				assert.Equal(t, "1", pe.NodeID)
+				assert.Equal(t, "NoSuchNode", pe.NodeType)
+				assert.True(t, pe.MissingOnServer())
+			})
+		})
+	}
+}
