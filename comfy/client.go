@@ -70,12 +70,17 @@ type ClientOptions struct {
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 
-	// SilenceThreshold is how long a running prompt's socket may be silent
-	// before the health check asks /history and /queue about it. Defaults
-	// to 30s; -1 disables the health check.
+	// SilenceThreshold is how long a prompt may go without a message about
+	// it (whatever else the socket receives: other users' status
+	// broadcasts do not count) before the health check asks /queue and
+	// /history about it; a prompt found in the queue counts as heard from.
+	// A silent prompt is thus noticed within SilenceThreshold +
+	// HealthCheckInterval. Defaults to 30s; -1 disables the health check,
+	// including the /queue check that a shrinking queue triggers (which
+	// ends a prompt deleted by someone else with [ErrPromptRemoved]).
 	SilenceThreshold time.Duration
-	// HealthCheckInterval is how often the health check runs while a
-	// prompt is in flight. Defaults to 30s.
+	// HealthCheckInterval is how often the health check looks for silent
+	// prompts. Defaults to 30s.
 	HealthCheckInterval time.Duration
 	// HealthCheckTimeout bounds each health check's HTTP requests.
 	// Defaults to 5s.

@@ -50,13 +50,17 @@
 //
 // A prompt fails with [*ExecutionError] when a node raises, an error
 // wrapping [ErrInterrupted] when interrupted ([Prompt.Interrupt] deletes a
-// pending prompt or interrupts a running one) and [ErrPromptLost] when the
-// server no longer knows it (it restarted): requeue it. The client does not
-// trust the socket alone. After a reconnect it asks /queue then /history
-// about every prompt in flight and follows those of the old connection by
-// polling; while a prompt runs and the socket stays silent longer than
-// ClientOptions.SilenceThreshold, a health check does the same. A result
-// learned that way has [Result].Recovered set.
+// pending prompt or interrupts a running one), [ErrPromptLost] when the
+// server no longer knows it (it restarted): requeue it, and
+// [ErrPromptRemoved] when someone else deleted it from the server's queue
+// before it ran. The client does not trust the socket alone. After a
+// reconnect it asks /queue then /history about every prompt in flight and
+// follows those of the old connection by polling; a prompt about which
+// nothing arrived for ClientOptions.SilenceThreshold (however busy the
+// socket is with other users' traffic) gets the same health check, and a
+// status broadcast showing the server's queue shrank has the prompts that
+// have not started checked at once. A result learned that way has
+// [Result].Recovered set.
 //
 // # WebSocket messages
 //
@@ -64,7 +68,9 @@
 // ([*Status], [*ExecutionStart], [*Executing], [*Progress],
 // [*ProgressState], [*Executed], [*ExecutionSuccess], [*ExecutionError],
 // [*ExecutionInterrupted], ...); types it does not know come back as
-// [*Unknown]. [DecodeBinary] decodes binary frames: previews ([*Preview],
+// [*Unknown]. Fields are decoded leniently, because their shapes changed
+// across server versions: a field of an unexpected shape is left zero,
+// never the message. [DecodeBinary] decodes binary frames: previews ([*Preview],
 // types 1 and 4) and progress text ([*Text]). History entries carry the same
 // messages in [HistoryStatus.Messages].
 //

@@ -36,6 +36,17 @@ var (
 	// ErrNotFound is matched (errors.Is) by the *HTTPError of a 404 answer,
 	// for example View of a file that does not exist.
 	ErrNotFound = errors.New("comfy: not found")
+	// ErrPromptRemoved means the prompt was removed from the server's queue
+	// before it started, by someone other than this Client (another user
+	// of a shared server deleting it or clearing the queue through POST
+	// /queue). It is distinct from ErrPromptLost. The workflow did not
+	// run, so resubmitting it (on this or another server) runs it once;
+	// the failure says nothing about the workflow, nor that the server is
+	// faulty. A Prompt's Wait returns it wrapped; test with errors.Is.
+	// A prompt this Client deleted itself ([Prompt.Interrupt],
+	// [Client.DeleteQueued], [Client.ClearQueue]) ends with
+	// [ErrInterrupted] instead.
+	ErrPromptRemoved = errors.New("comfy: prompt removed from the server's queue by someone else")
 )
 
 // HTTPError is an unexpected HTTP status from the server. Body holds at most

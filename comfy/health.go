@@ -41,10 +41,16 @@ func (s *session) inFlight(keep func(p *Prompt) bool) []*Prompt {
 // check asks the server about prompts whose events the socket may not
 // deliver: GET /queue first, then /history/{id} for each prompt not in the
 // queue. That order cannot miss a prompt that moves from the queue to
-// history between the two calls. A prompt in history ends with its recorded
-// outcome (Recovered); one in neither ends with ErrPromptLost; one in the
-// queue is left alone.
-func (s *session) check(prompts []*Prompt, why string) {
+// history between the two calls. A prompt in the queue is left alone (and
+// counts as heard from); one in history ends with its recorded outcome
+// (Recovered); one in neither ends with:
+//
+//   - ErrInterrupted when this Client asked for its deletion;
+//   - ErrPromptRemoved when live is set (the socket stayed connected, so the
+//     server did not restart) and the prompt never started: someone else
+//     deleted it from the queue;
+//   - ErrPromptLost otherwise.
+func (s *session) check(prompts []*Prompt, why string, live bool) {
 	q, err := s.queueState()
 	if err != nil {
 		s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: "+why+": queue check failed",
@@ -52,13 +58,12 @@ func (s *session) check(prompts []*Prompt, why string) {
 		return
 	}
 	for _, p := range prompts {
-		p.mu.Lock()
-		id, settling := p.id, p.terminalQueued
-		p.mu.Unlock()
-		if settling || p.hasEnded() {
+		if p.settling() || p.hasEnded() {
 			continue // the socket announced the end; dispatch reads history
 		}
+		id := p.ID()
 		if running, pending := q.Find(id); running || pending {
+			p.touch()
 			continue
 		}
 		h, err := s.history(id)
@@ -68,20 +73,71 @@ func (s *session) check(prompts []*Prompt, why string) {
 			continue
 		}
 		if h != nil {
+			if live && s.socketGrace(p) {
+				continue // it ended meanwhile and the socket said so
+			}
 			s.log.LogAttrs(s.ctx, slog.LevelInfo, "comfy: "+why+": prompt result recovered from history",
 				slog.String("prompt_id", id))
 			s.finishFromHistory(p, h, true)
 			continue
 		}
-		s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: "+why+": prompt lost by server",
-			slog.String("prompt_id", id))
-		s.finish(p, nil, fmt.Errorf("comfy: prompt %s: %w", id, ErrPromptLost))
+		p.mu.Lock()
+		started, deleted := p.started, p.deleted
+		p.mu.Unlock()
+		switch {
+		case deleted:
+			s.finish(p, nil, fmt.Errorf("comfy: prompt %s deleted from the queue: %w", id, ErrInterrupted))
+		case live && !started:
+			s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: "+why+": prompt removed from the queue by someone else",
+				slog.String("prompt_id", id))
+			s.finish(p, nil, fmt.Errorf("comfy: prompt %s: %w", id, ErrPromptRemoved))
+		default:
+			s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: "+why+": prompt lost by server",
+				slog.String("prompt_id", id))
+			s.finish(p, nil, fmt.Errorf("comfy: prompt %s: %w", id, ErrPromptLost))
+		}
 	}
 }
 
-// healthLoop is the stuck-job health check: every HealthCheckInterval,
-// when the socket has been silent longer than SilenceThreshold while
-// prompts are in flight, it checks them over HTTP.
+// socketGrace gives the live socket HistoryPollInterval to announce the
+// end of p, which a check found in history: a check that coincides with
+// the end of a prompt sees the history entry before the socket's messages
+// arrive. It reports whether the socket did (the dispatch goroutine then
+// settles p, with its messages).
+func (s *session) socketGrace(p *Prompt) bool {
+	t := time.NewTimer(s.c.opts.HistoryPollInterval)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.ended:
+	case <-s.ctx.Done():
+	}
+	return p.settling() || p.hasEnded()
+}
+
+// settling reports whether a terminal message for p arrived on the socket.
+func (p *Prompt) settling() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.terminalQueued
+}
+
+// healthLoop is the stuck-prompt health check of the current connection's
+// prompts. Each prompt is judged by its own silence, not the socket's: on a
+// server shared with other users, their status broadcasts keep the socket
+// busy while a prompt of ours may hear nothing. Two triggers:
+//
+//   - every HealthCheckInterval, the prompts of which nothing was heard
+//     for SilenceThreshold (no message about them, and not found in /queue
+//     by an earlier check) are checked, so a silent prompt is noticed
+//     within SilenceThreshold + HealthCheckInterval;
+//   - when a status broadcast shows the server's queue shrank, the prompts
+//     that have not started are checked at once, so one deleted from the
+//     queue by someone else ends (ErrPromptRemoved) without waiting for
+//     its silence.
+//
+// The checks run one at a time, on this goroutine; requests that arrive
+// during a check are merged into one.
 func (s *session) healthLoop() {
 	o := s.c.opts
 	if o.SilenceThreshold < 0 {
@@ -90,26 +146,39 @@ func (s *session) healthLoop() {
 	t := time.NewTicker(o.HealthCheckInterval)
 	defer t.Stop()
 	for {
+		queueShrank := false
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.queueReq:
+			queueShrank = true
 		}
 		s.mu.Lock()
-		silent := s.state == StateConnected && time.Since(s.lastRecv) > o.SilenceThreshold
-		clientID := s.clientID
+		connected, clientID := s.state == StateConnected, s.clientID
 		s.mu.Unlock()
-		if !silent {
+		if !connected {
 			continue
 		}
 		// Prompts of earlier connections are followed by followLoop.
-		list := s.inFlight(func(p *Prompt) bool { return p.clientID == clientID })
-		if len(list) == 0 {
-			continue
+		var list []*Prompt
+		why := "health check"
+		if queueShrank {
+			why = "queue changed"
+			list = s.inFlight(func(p *Prompt) bool { return p.clientID == clientID && !p.hasStarted() })
+		} else {
+			now := time.Now()
+			list = s.inFlight(func(p *Prompt) bool {
+				return p.clientID == clientID && now.Sub(p.lastHeard()) > o.SilenceThreshold
+			})
+			if len(list) > 0 {
+				s.log.LogAttrs(s.ctx, slog.LevelDebug, "comfy: prompts silent; checking them",
+					slog.Int("prompts", len(list)))
+			}
 		}
-		s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: websocket silent with prompts in flight; checking them",
-			slog.Int("prompts", len(list)))
-		s.check(list, "health check")
+		if len(list) > 0 {
+			s.check(list, why, true)
+		}
 	}
 }
 
@@ -135,7 +204,7 @@ func (s *session) followLoop() {
 			list = s.inFlight(func(p *Prompt) bool { return p.clientID != clientID })
 		}
 		if len(list) > 0 {
-			s.check(list, "reconnect")
+			s.check(list, "reconnect", false)
 		}
 		var tick <-chan time.Time
 		if len(list) > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 )
 
@@ -127,10 +128,14 @@ func decodeQueueItem(raw []byte) (QueueItem, error) {
 // DeleteQueued removes pending prompts (POST /queue {"delete": ids}). A
 // running or unknown id is silently ignored by the server: use [Client.Interrupt]
 // for a running prompt. No ids sends nothing.
+//
+// A prompt of this Client deleted this way ends with an error wrapping
+// [ErrInterrupted] (not [ErrPromptRemoved]: the deletion was asked for).
 func (c *Client) DeleteQueued(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return c.checkClosed("POST " + c.prefix() + "/queue")
 	}
+	c.sess.markDeleted(func(p *Prompt) bool { return slices.Contains(ids, p.id) })
 	r, err := jsonRequest(http.MethodPost, "/queue", map[string][]string{"delete": ids})
 	if err != nil {
 		return err
@@ -138,9 +143,12 @@ func (c *Client) DeleteQueued(ctx context.Context, ids ...string) error {
 	return c.call(ctx, r, smallLimit, nil)
 }
 
-// ClearQueue removes every pending prompt (POST /queue {"clear": true}).
-// The running prompt is not touched.
+// ClearQueue removes every pending prompt (POST /queue {"clear": true}),
+// of every client of the server. The running prompt is not touched. The
+// pending prompts of this Client end with an error wrapping
+// [ErrInterrupted].
 func (c *Client) ClearQueue(ctx context.Context) error {
+	c.sess.markDeleted(func(p *Prompt) bool { return !p.started })
 	r, err := jsonRequest(http.MethodPost, "/queue", map[string]bool{"clear": true})
 	if err != nil {
 		return err
@@ -198,4 +206,20 @@ func (c *Client) cancelPrompt(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("comfy: cancel prompt %s: still queued after delete", id)
+}
+
+// markDeleted notes, before the request, that this Client asks the server
+// to delete the tracked prompts selected by sel (called with the prompt's
+// lock held), so that their disappearance from the queue reads as an
+// interruption asked for, not a removal by someone else.
+func (s *session) markDeleted(sel func(p *Prompt) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.prompts {
+		p.mu.Lock()
+		if sel(p) {
+			p.deleted = true
+		}
+		p.mu.Unlock()
+	}
 }

@@ -112,7 +112,10 @@ type Prompt struct {
 	dropped        int
 	outputs        map[string]Output // from executed messages
 	cached         []string
-	terminalQueued bool // a terminal message was received from the socket
+	terminalQueued bool      // a terminal message was received from the socket
+	started        bool      // a message about the prompt arrived: the server began running it
+	heard          time.Time // last sign of life: submit, POST answer, a message, or found in /queue
+	deleted        bool      // this Client asked the server to delete it from the queue
 	isEnded        bool
 	res            *Result
 	err            error
@@ -135,7 +138,8 @@ func (p *Prompt) Done() <-chan struct{} { return p.done }
 //
 // Errors: [*ExecutionError] (a node raised), an error wrapping
 // [ErrInterrupted], [ErrPromptLost] (the server restarted or forgot the
-// prompt: requeue it), [ErrClosed].
+// prompt: requeue it), [ErrPromptRemoved] (someone else deleted it from
+// the server's queue before it started), [ErrClosed].
 func (p *Prompt) Wait(ctx context.Context) (*Result, error) {
 	select {
 	case <-p.done:
@@ -193,6 +197,8 @@ func (p *Prompt) push(m Message) {
 	if isTerminal(m) {
 		p.terminalQueued = true
 	}
+	p.started = true
+	p.heard = time.Now()
 	if isDroppable(m) && len(p.queue) >= promptQueueLimit {
 		p.dropped++
 		p.mu.Unlock()
@@ -228,6 +234,27 @@ func (p *Prompt) end(res *Result, err error) bool {
 	close(p.ended)
 	p.signal()
 	return true
+}
+
+// lastHeard returns when the prompt last gave a sign of life.
+func (p *Prompt) lastHeard() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heard
+}
+
+// hasStarted reports whether a message about the prompt arrived.
+func (p *Prompt) hasStarted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
+// touch records a sign of life (the prompt was found in /queue).
+func (p *Prompt) touch() {
+	p.mu.Lock()
+	p.heard = time.Now()
+	p.mu.Unlock()
 }
 
 func (p *Prompt) hasEnded() bool {
@@ -437,6 +464,7 @@ func (s *session) register(id string, o *RunOptions) (*Prompt, error) {
 		posted:    make(chan struct{}),
 		ended:     make(chan struct{}),
 		done:      make(chan struct{}),
+		heard:     time.Now(),
 	}
 	s.prompts[id] = p
 	delete(s.cancelled, id) // submitted again: the caller's own prompt
@@ -456,6 +484,7 @@ func (s *session) accept(p *Prompt, resp *PromptResponse) {
 	p.mu.Lock()
 	old := p.id
 	p.accepted = true
+	p.heard = time.Now()
 	p.number = resp.Number
 	if len(resp.NodeErrors) > 0 {
 		p.nodeErrors = resp.NodeErrors

@@ -33,6 +33,7 @@ type session struct {
 	stopOnce  sync.Once
 	stopped   chan struct{} // closed when wg is done, after close
 	followReq chan struct{} // 1-buffered: wakes the follow loop
+	queueReq  chan struct{} // 1-buffered: asks the health loop to check /queue (the queue shrank)
 
 	mu       sync.Mutex
 	state    State
@@ -44,8 +45,8 @@ type session struct {
 	current  string    // prompt id this connection last saw executing
 	lastRecv time.Time // last message received on the current connection
 	lastErr  error     // last dial error, redacted
-	queue    int       // queue_remaining of the last status message
-	queueOK  bool      // a status message was received
+	queue    int       // queue_remaining of the last status message that had one
+	queueOK  bool      // a status message with queue_remaining was received
 	prompts  map[string]*Prompt
 	pending  []pendingMsg // messages for prompt ids not (yet) registered, oldest first
 	// cancelled holds the ids passed to CancelPrompt, with when: a message
@@ -71,6 +72,7 @@ func (s *session) init(c *Client) {
 	s.changed = make(chan struct{})
 	s.stopped = make(chan struct{})
 	s.followReq = make(chan struct{}, 1)
+	s.queueReq = make(chan struct{}, 1)
 	s.prompts = make(map[string]*Prompt)
 }
 
@@ -216,6 +218,17 @@ func (s *session) route(m Message) {
 	switch m := m.(type) {
 	case *Status:
 		if !m.noQueue {
+			// The server broadcasts status at every change of its queue.
+			// A shrinking queue (a prompt finished, or pending prompts were
+			// deleted or cleared, by anyone) may mean a prompt of ours that
+			// has not started was removed: the health loop looks at /queue.
+			// The connect-time status (with sid) is not a change.
+			if s.queueOK && m.SID == "" && m.QueueRemaining < s.queue {
+				select {
+				case s.queueReq <- struct{}{}:
+				default: // a check is already asked for
+				}
+			}
 			s.queue, s.queueOK = m.QueueRemaining, true
 		}
 		return // not about one prompt

@@ -1,0 +1,176 @@
+package comfy_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
+)
+
+// neighbour is another user of the server: a client that submits a quick
+// prompt every period, so that status broadcasts (put, get, task_done)
+// keep reaching every socket. The returned func stops it and waits.
+func neighbour(t testing.TB, srv *comfytest.Server, period time.Duration) (stop func()) {
+	t.Helper()
+	c := runClient(t, srv, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			wf := parseWF(t, fmt.Appendf(nil, `{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":%d}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`, i))
+			if _, err := c.Run(ctx, wf, nil); err != nil && ctx.Err() == nil {
+				t.Errorf("neighbour: %v", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestSilentPromptOnBusyServer: the server stops mentioning a running
+// prompt (restarted behind a proxy that kept the socket open) while
+// another user's status broadcasts keep the socket busy. The prompt's own
+// silence is noticed: it ends as lost within SilenceThreshold plus one
+// HealthCheckInterval, instead of staying in flight forever.
+func TestSilentPromptOnBusyServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, slowSampler(10*time.Minute))
+		c := runClient(t, srv, &comfy.ClientOptions{SilenceThreshold: 10 * time.Second, HealthCheckInterval: 2 * time.Second})
+		rec := newRecorder()
+		p, err := c.Submit(t.Context(), samplerWF(t, 70, 600), &comfy.RunOptions{OnMessage: rec.on})
+		require.NoError(t, err)
+		rec.waitFor(t, comfy.TypeProgress)
+		stop := neighbour(t, srv, 3*time.Second)
+		defer stop()
+		srv.RestartBehindProxy()
+		gone := time.Now()
+
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		_, err = p.Wait(ctx)
+		require.ErrorIs(t, err, comfy.ErrPromptLost)
+		assert.NotErrorIs(t, err, comfy.ErrPromptRemoved, "it had started: lost, not removed")
+		assert.LessOrEqual(t, time.Since(gone), 12*time.Second)
+		assert.Len(t, srv.ClientIDs(), 2, "no reconnect: the socket never dropped")
+	})
+}
+
+// TestPendingPromptRemovedBySomeoneElse: another user deletes (or clears)
+// a prompt of ours that is waiting in the server's queue. The status
+// broadcast of that change makes the client look at /queue at once; the
+// prompt ends with ErrPromptRemoved, not as lost, and the running prompt
+// is left alone.
+func TestPendingPromptRemovedBySomeoneElse(t *testing.T) {
+	for _, how := range []string{"delete", "clear"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := inMemory(t, nil)
+				srv.HangPrompts(true)
+				c := runClient(t, srv, nil) // default thresholds: 30s
+				rec := newRecorder()
+				running, err := c.Submit(t.Context(), samplerWF(t, 71, 2), &comfy.RunOptions{OnMessage: rec.on})
+				require.NoError(t, err)
+				rec.waitFor(t, comfy.TypeExecuting)
+				pending, err := c.Submit(t.Context(), samplerWF(t, 72, 2), nil)
+				require.NoError(t, err)
+
+				other := runClient(t, srv, nil)
+				removed := time.Now()
+				if how == "delete" {
+					require.NoError(t, other.DeleteQueued(t.Context(), pending.ID()))
+				} else {
+					require.NoError(t, other.ClearQueue(t.Context()))
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+				defer cancel()
+				_, err = pending.Wait(ctx)
+				require.ErrorIs(t, err, comfy.ErrPromptRemoved)
+				assert.NotErrorIs(t, err, comfy.ErrPromptLost)
+				assert.NotErrorIs(t, err, comfy.ErrInterrupted)
+				assert.LessOrEqual(t, time.Since(removed), 2*time.Second)
+
+				select {
+				case <-running.Done():
+					t.Fatal("the running prompt was ended too")
+				default:
+				}
+				require.NoError(t, running.Interrupt(t.Context()))
+				_, err = running.Wait(t.Context())
+				require.ErrorIs(t, err, comfy.ErrInterrupted)
+			})
+		})
+	}
+}
+
+// TestPendingPromptRemovedByThisClient: a prompt this client deletes
+// itself ends as interrupted (asked for), not as removed by someone else.
+func TestPendingPromptRemovedByThisClient(t *testing.T) {
+	for _, how := range []string{"delete", "clear"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := inMemory(t, nil)
+				srv.HangPrompts(true)
+				c := runClient(t, srv, nil)
+				rec := newRecorder()
+				running, err := c.Submit(t.Context(), samplerWF(t, 73, 2), &comfy.RunOptions{OnMessage: rec.on})
+				require.NoError(t, err)
+				rec.waitFor(t, comfy.TypeExecuting)
+				pending, err := c.Submit(t.Context(), samplerWF(t, 74, 2), nil)
+				require.NoError(t, err)
+				if how == "delete" {
+					require.NoError(t, c.DeleteQueued(t.Context(), pending.ID()))
+				} else {
+					require.NoError(t, c.ClearQueue(t.Context()))
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+				defer cancel()
+				_, err = pending.Wait(ctx)
+				require.ErrorIs(t, err, comfy.ErrInterrupted)
+				assert.NotErrorIs(t, err, comfy.ErrPromptRemoved)
+				require.NoError(t, running.Interrupt(t.Context()))
+				_, err = running.Wait(t.Context())
+				require.ErrorIs(t, err, comfy.ErrInterrupted)
+			})
+		})
+	}
+}
+
+// TestPendingPromptSurvivesQueueChanges: queue changes by other users and
+// a long wait behind their work do not end a prompt that is still queued:
+// each check finds it, and it runs to a normal (not recovered) result.
+func TestPendingPromptSurvivesQueueChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, slowSampler(time.Minute))
+		c := runClient(t, srv, &comfy.ClientOptions{SilenceThreshold: 5 * time.Second, HealthCheckInterval: time.Second})
+		other := runClient(t, srv, nil)
+		long, err := other.Submit(t.Context(), samplerWF(t, 75, 60), nil) // runs a minute
+		require.NoError(t, err)
+		mine, err := c.Submit(t.Context(), samplerWF(t, 76, 2), nil)
+		require.NoError(t, err)
+		extra, err := other.Submit(t.Context(), samplerWF(t, 77, 2), nil)
+		require.NoError(t, err)
+		require.NoError(t, other.DeleteQueued(t.Context(), extra.ID())) // the queue shrinks
+		res, err := mine.Wait(t.Context())
+		require.NoError(t, err)
+		assert.False(t, res.Recovered, "followed on the socket")
+		assert.Len(t, res.Files(), 1)
+		_, err = long.Wait(t.Context())
+		require.NoError(t, err)
+		_, err = extra.Wait(t.Context())
+		require.ErrorIs(t, err, comfy.ErrInterrupted, "deleted by its own client")
+	})
+}
