@@ -73,8 +73,8 @@ type ClientOptions struct {
 	// SilenceThreshold is how long a prompt may go without a message about
 	// it (whatever else the socket receives: other users' status
 	// broadcasts do not count) before the health check asks /queue and
-	// /history about it; a prompt found in the queue counts as heard from.
-	// A silent prompt is thus noticed within SilenceThreshold +
+	// /history about it, at each HealthCheckInterval while it stays
+	// silent. A silent prompt is thus noticed within SilenceThreshold +
 	// HealthCheckInterval. Defaults to 30s; -1 disables the health check,
 	// including the /queue check that a shrinking queue triggers (which
 	// ends a prompt deleted by someone else with [ErrPromptRemoved]).

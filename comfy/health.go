@@ -41,8 +41,8 @@ func (s *session) inFlight(keep func(p *Prompt) bool) []*Prompt {
 // check asks the server about prompts whose events the socket may not
 // deliver: GET /queue first, then /history/{id} for each prompt not in the
 // queue. That order cannot miss a prompt that moves from the queue to
-// history between the two calls. A prompt in the queue is left alone (and
-// counts as heard from); one in history ends with its recorded outcome
+// history between the two calls. A prompt in the queue is left alone; one
+// in history ends with its recorded outcome
 // (Recovered); one in neither ends with:
 //
 //   - ErrInterrupted when this Client asked for its deletion;
@@ -63,7 +63,6 @@ func (s *session) check(prompts []*Prompt, why string, live bool) {
 		}
 		id := p.ID()
 		if running, pending := q.Find(id); running || pending {
-			p.touch()
 			continue
 		}
 		h, err := s.history(id)
@@ -128,9 +127,11 @@ func (p *Prompt) settling() bool {
 // busy while a prompt of ours may hear nothing. Two triggers:
 //
 //   - every HealthCheckInterval, the prompts of which nothing was heard
-//     for SilenceThreshold (no message about them, and not found in /queue
-//     by an earlier check) are checked, so a silent prompt is noticed
-//     within SilenceThreshold + HealthCheckInterval;
+//     for SilenceThreshold are checked (one /queue request for all), so a
+//     silent prompt is noticed within SilenceThreshold +
+//     HealthCheckInterval, and one that stays silent (queued behind other
+//     users' work, or a long node without progress) is checked at every
+//     interval;
 //   - when a status broadcast shows the server's queue shrank, the prompts
 //     that have not started are checked at once, so one deleted from the
 //     queue by someone else ends (ErrPromptRemoved) without waiting for

@@ -114,7 +114,7 @@ type Prompt struct {
 	cached         []string
 	terminalQueued bool      // a terminal message was received from the socket
 	started        bool      // a message about the prompt arrived: the server began running it
-	heard          time.Time // last sign of life: submit, POST answer, a message, or found in /queue
+	heard          time.Time // last sign of life: submit, POST answer or a message about it
 	deleted        bool      // this Client asked the server to delete it from the queue
 	isEnded        bool
 	res            *Result
@@ -248,13 +248,6 @@ func (p *Prompt) hasStarted() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.started
-}
-
-// touch records a sign of life (the prompt was found in /queue).
-func (p *Prompt) touch() {
-	p.mu.Lock()
-	p.heard = time.Now()
-	p.mu.Unlock()
 }
 
 func (p *Prompt) hasEnded() bool {
