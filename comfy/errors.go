@@ -39,10 +39,12 @@ var (
 	// ErrPromptRemoved means the prompt was removed from the server's queue
 	// before it started, by someone other than this Client (another user
 	// of a shared server deleting it or clearing the queue through POST
-	// /queue). It is distinct from ErrPromptLost. The workflow did not
-	// run, so resubmitting it (on this or another server) runs it once;
-	// the failure says nothing about the workflow, nor that the server is
-	// faulty. A Prompt's Wait returns it wrapped; test with errors.Is.
+	// /queue), as seen over a socket that stayed connected (a restart the
+	// socket did not see, behind a proxy that kept it open, reads the same
+	// way). It is distinct from ErrPromptLost. It is retryable: the
+	// workflow did not run, so resubmitting it (on this or another server)
+	// runs it once; and the failure says nothing about the workflow, nor
+	// that the server is faulty. A Prompt's Wait returns it wrapped; test with errors.Is.
 	// A prompt this Client deleted itself ([Prompt.Interrupt],
 	// [Client.DeleteQueued], [Client.ClearQueue]) ends with
 	// [ErrInterrupted] instead.
