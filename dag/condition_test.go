@@ -39,21 +39,23 @@ func TestCondition(t *testing.T) {
 	}{
 		// Field access and comparisons.
 		{expr: "in.score > 0.5", in: m, want: true},
-		{expr: "score > 0.5", in: m, want: true},
+		{expr: "output.score > 0.5", in: m, want: true},
 		{expr: "in.n == 3", in: m, want: true},
-		{expr: "n >= 3 && n < 4", in: m, want: true},
-		{expr: "n == 3.0", in: m, want: true},
+		{expr: "in.n >= 3 && in.n < 4", in: m, want: true},
+		{expr: "in.n == 3.0", in: m, want: true},
 		{expr: `in["name"] == "cat.png"`, in: m, want: true},
-		{expr: `name matches "\\.png$"`, in: m, want: true},
-		{expr: `name startsWith "cat"`, in: m, want: true},
-		{expr: "ok", in: m, want: true},
-		{expr: "!ok", in: m, want: false},
-		{expr: "meta.width * 2 == 1024", in: m, want: true},
+		{expr: `in.name matches "\\.png$"`, in: m, want: true},
+		{expr: `in.name matches in.pattern`, in: map[string]any{"name": "a.png", "pattern": "png$"}, want: true},
+		{expr: `in.name matches in.pattern`, in: map[string]any{"name": "a.png", "pattern": "("}, err: "missing closing )"},
+		{expr: `in.name startsWith "cat"`, in: m, want: true},
+		{expr: "in.ok", in: m, want: true},
+		{expr: "!in.ok", in: m, want: false},
+		{expr: "in.meta.width * 2 == 1024", in: m, want: true},
 		{expr: "in.meta.nested.deep == 'x'", in: m, want: true},
 		{expr: "in.image.Name == 'a.png'", in: m, want: true},
-		{expr: "images[1].Name == 'b.png'", in: m, want: true},
-		{expr: "'cat' in tags", in: m, want: true},
-		{expr: "'dog' not in tags", in: m, want: true},
+		{expr: "in.images[1].Name == 'b.png'", in: m, want: true},
+		{expr: "'cat' in in.tags", in: m, want: true},
+		{expr: "'dog' not in in.tags", in: m, want: true},
 		{expr: "in == 5", in: int64(5), want: true},
 		{expr: "in > 4.5", in: int64(5), want: true},
 		{expr: "in == 'x'", in: "x", want: true},
@@ -62,84 +64,83 @@ func TestCondition(t *testing.T) {
 		{expr: "in.Name == 'a.png'", in: File{Name: "a.png"}, want: true},
 		{expr: "in[0] == 1", in: []any{int64(1)}, want: true},
 		{expr: "in in [1, 2]", in: int64(2), want: true},
-		{expr: "upper(name) == 'CAT.PNG'", in: m, want: true},
-		{expr: "any(tags, # == 'cat')", in: m, want: true},
-		{expr: "all(images, .Name endsWith '.png')", in: m, want: true},
-		{expr: "len(filter(tags, len(#) > 2)) == 2", in: m, want: true},
-		{expr: "score > 0.5 ? n > 1 : false", in: m, want: true},
+		{expr: "upper(in.name) == 'CAT.PNG'", in: m, want: true},
+		{expr: "any(in.tags, # == 'cat')", in: m, want: true},
+		{expr: "all(in.images, .Name endsWith '.png')", in: m, want: true},
+		{expr: "len(filter(in.tags, len(#) > 2)) == 2", in: m, want: true},
+		{expr: "in.score > 0.5 ? in.n > 1 : false", in: m, want: true},
 		{expr: "'ab' + 'cd' == 'abcd'", in: m, want: true},
-		{expr: "n + 1 == 4", in: m, want: true},
-		{expr: "// a comment\nok /* another */", in: m, want: true},
+		{expr: "in.n + 1 == 4", in: m, want: true},
+		{expr: "// a comment\nin.ok /* another */", in: m, want: true},
 
 		// AND/OR/NOT in any case, outside string literals.
-		{expr: "score > 0.5 AND n == 3", in: m, want: true},
-		{expr: "score > 0.9 OR n == 3", in: m, want: true},
-		{expr: "NOT ok", in: m, want: false},
-		{expr: "Not ok Or ok aNd ok", in: m, want: true},
-		{expr: "not (score > 0.9) and not ok == false", in: m, want: true},
-		{expr: `name != "AND OR NOT"`, in: m, want: true},
+		{expr: "in.score > 0.5 AND in.n == 3", in: m, want: true},
+		{expr: "in.score > 0.9 OR in.n == 3", in: m, want: true},
+		{expr: "NOT in.ok", in: m, want: false},
+		{expr: "Not in.ok Or in.ok aNd in.ok", in: m, want: true},
+		{expr: "not (in.score > 0.9) and not in.ok == false", in: m, want: true},
+		{expr: `in.name != "AND OR NOT"`, in: m, want: true},
 		{expr: "'x AND y' == 'x AND y'", in: m, want: true},
 		{expr: "`raw AND` != ''", in: m, want: true},
 		{expr: "in.and != ''", in: m, want: true},
-		{expr: "n NOT IN [1, 2]", in: m, want: true},
+		{expr: "in.n NOT IN [1, 2]", in: m, want: true},
 
 		// exists.
 		{expr: "exists('in.score')", in: m, want: true},
-		{expr: "exists('score')", in: m, want: true},
+		{expr: "exists('output.score')", in: m, want: true},
 		{expr: "exists('in.missing')", in: m, want: false},
-		{expr: "exists('none')", in: m, want: false},
+		{expr: "exists('in.none')", in: m, want: false},
 		{expr: "exists('in.images.1')", in: m, want: true},
 		{expr: "exists('in.images.2')", in: m, want: false},
-		{expr: "exists('images.-1')", in: m, want: false},
+		{expr: "exists('in.images.-1')", in: m, want: false},
 		{expr: "exists('in.images.0.Name')", in: m, want: true},
 		{expr: "exists('in.image.name')", in: m, want: false},
 		{expr: "exists('in.meta.nested.deep')", in: m, want: true},
 		{expr: "exists('in.meta.nested.deep.deeper')", in: m, want: false},
 		{expr: "exists('in')", in: nil, want: false},
 		{expr: "exists('in')", in: int64(0), want: true},
-		{expr: "exists('')", in: m, want: false},
+		{expr: "exists(in.name)", in: m, err: "a path starts with in or output"},
 		{expr: "exists('in.x') OR true", in: "s", want: true},
-		{expr: "exists(1)", in: m, err: "path string"},
 
 		// count.
-		{expr: "count(tags) == 2", in: m, want: true},
-		{expr: "count(images) == 2 AND count(meta) == 2", in: m, want: true},
-		{expr: "count(name) == 7", in: m, want: true},
-		{expr: "count(missing) == 0", in: m, want: true},
+		{expr: "count(in.tags) == 2", in: m, want: true},
+		{expr: "count(in.images) == 2 AND count(in.meta) == 2", in: m, want: true},
+		{expr: "count(in.name) == 7", in: m, want: true},
+		{expr: "count(in.missing) == 0", in: m, want: true},
 		{expr: "count(in) == 0", in: nil, want: true},
 		{expr: "count(1..10) == 10", in: nil, want: true},
-		{expr: "count(n) == 1", in: m, err: "count of a int64"},
+		{expr: "count(in.n) == 1", in: m, err: "count of a int64"},
 
-		// Undefined variables are nil: == works, ordering is false.
-		{expr: "missing == nil", in: m, want: true},
-		{expr: "missing != 1", in: m, want: true},
-		{expr: "missing > 3", in: m, want: false},
-		{expr: "missing <= 3", in: m, want: false},
-		{expr: "not (missing > 3)", in: m, want: true},
-		{expr: "in.missing > 3 OR ok", in: m, want: true},
-		{expr: "score > 0.5", in: nil, want: false},
-		{expr: "score > 0.5", in: int64(3), want: false},
-		{expr: "missing?.x == nil", in: m, want: true},
+		// Missing fields are nil: == works, ordering is false.
+		{expr: "in.missing == nil", in: m, want: true},
+		{expr: "in.missing != 1", in: m, want: true},
+		{expr: "in.missing > 3", in: m, want: false},
+		{expr: "in.missing <= 3", in: m, want: false},
+		{expr: "not (in.missing > 3)", in: m, want: true},
+		{expr: "in.missing > 3 OR in.ok", in: m, want: true},
+		{expr: "in?.score > 0.5", in: nil, want: false},
+		{expr: "in > 5", in: nil, want: false},
+		{expr: "in.missing?.x == nil", in: m, want: true},
 
 		// Runtime errors.
-		{expr: "missing.x == 1", in: m, err: "cannot fetch x"},
+		{expr: "in.missing.x == 1", in: m, err: "cannot fetch x"},
 		{expr: "in.score > 0.5", in: nil, err: "cannot fetch score"},
-		{expr: "n + 'a' == 'b'", in: m, err: "invalid operation"},
-		{expr: "name > 1", in: m, err: "invalid operation"},
-		{expr: "missing", in: m, err: "result is <nil>, not a bool"},
+		{expr: "in.n + 'a' == 'b'", in: m, err: "invalid operation"},
+		{expr: "in.name > 1", in: m, err: "invalid operation"},
+		{expr: "in.missing", in: m, err: "result is <nil>, not a bool"},
 		{expr: "in", in: int64(1), err: "result is int64"},
-		{expr: "1 + 2", in: nil, err: "result is int"},
-		{expr: "n / 0 > 1", in: m, want: true}, // float division: +Inf
-		{expr: "n % 0 == 1", in: m, err: "divide by zero"},
-		{expr: "tags[5] == 'x'", in: m, err: "out of range"},
-		{expr: "all(1..50000, all(1..50000, true))", in: m, err: "predicate steps"},
-		{expr: "len(1..2000000) > 0", in: m, err: "memory budget"},
-		{expr: "len(map(1..500, map(1..500, #))) > 0", in: m, err: "predicate steps"},
+		{expr: "in.n + 2 == 5", in: m, want: true},
+		{expr: "in.n / 0 > 1", in: m, want: true}, // float division: +Inf
+		{expr: "in.n % 0 == 1", in: m, err: "divide by zero"},
+		{expr: "in.tags[5] == 'x'", in: m, err: "out of range"},
+		{expr: "all(1..50000, all(1..50000, true))", in: m, err: "condition budget exceeded"},
+		{expr: "len(1..2000000) > 0", in: m, err: "bytes of memory"},
+		{expr: "len(map(1..500, map(1..500, #))) > 0", in: m, err: "condition budget exceeded"},
 	}
 	for _, tt := range tests {
 		c, err := compileCondition(tt.expr)
 		require.NoError(t, err, tt.expr)
-		got, err := c.eval(context.Background(), tt.in)
+		got, err := c.eval(context.Background(), tt.in, condLimits{})
 		if tt.err != "" {
 			require.Error(t, err, "%s on %#v", tt.expr, tt.in)
 			assert.Contains(t, err.Error(), tt.err, tt.expr)
@@ -157,20 +158,22 @@ func TestConditionCompileErrors(t *testing.T) {
 		{"", "empty"},
 		{"   ", "empty"},
 		{"in.score >", "unexpected"},
-		{"(a", "unexpected"},
+		{"(in.a", "unexpected"},
 		{"'unterminated", "literal not terminated"},
 		{"1 - 2", "not a bool"},
 		{"'s'", "not a bool"},
 		{"let x = 1; x > 0", "let is not allowed"},
+		{"exists(1)", "argument"},
 		{"1; true", `";" is not allowed`},
 		{"repeat('a', 5) == ''", "unknown function repeat"},
 		{"now() != nil", "unknown function now"},
 		{"reduce(1..3, #acc + #, 0) > 1", "reduce() is not allowed"},
-		{"sortBy(tags, #) != nil", "sortBy() is not allowed"},
-		{"map(tags, [#, #]) != nil", "may not hold its element"},
-		{"map(tags, ({'a': #})) != nil", "may not hold its element"},
-		{"map(tags, [.x]) != nil", "may not hold its element"},
+		{"sortBy(in.tags, #) != nil", "sortBy() is not allowed"},
+		{"map(in.tags, [#, #]) != nil", "may not hold its element"},
+		{"map(in.tags, ({'a': #})) != nil", "may not hold its element"},
+		{"map(in.tags, [.x]) != nil", "may not hold its element"},
 		{strings.Repeat("a", maxConditionLen+1), "longer than"},
+		{"in.x AND a", `unknown name "a"`},
 		{strings.Repeat("!", maxConditionNodes+1) + "true", "exceeds"},
 		{"\xff == 1", "UTF-8"},
 	}
@@ -182,7 +185,7 @@ func TestConditionCompileErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), tt.err, "%.40s", tt.expr)
 	}
 	// Predicates with constant literals and outer values are fine.
-	for _, ok := range []string{"any(tags, # in ['a', 'b'])", "all(tags, [in] != nil)", "count(map(tags, ({'k': 1}))) == 2"} {
+	for _, ok := range []string{"any(in.tags, # in ['a', 'b'])", "all(in.tags, [in] != nil)", "count(map(in.tags, ({'k': 1}))) == 2"} {
 		_, err := compileCondition(ok)
 		assert.NoError(t, err, ok)
 	}
@@ -190,14 +193,13 @@ func TestConditionCompileErrors(t *testing.T) {
 
 func TestConditionStringGrowthIsBounded(t *testing.T) {
 	t.Parallel()
-	// Each level doubles the string: without the "+" limit this would
-	// need 2^40 bytes.
+	// Each level doubles the string: without the memory budget this
+	// would need 2^40 bytes.
 	src := "len(" + strings.Repeat("map(", 40) + "['xx']" + strings.Repeat(", # + #)", 40) + ") > 0"
 	c, err := compileCondition(src)
 	require.NoError(t, err)
-	_, err = c.eval(context.Background(), nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "string longer than")
+	_, err = c.eval(context.Background(), nil, condLimits{})
+	require.ErrorIs(t, err, ErrConditionBudget)
 }
 
 func TestConditionContext(t *testing.T) {
@@ -206,19 +208,19 @@ func TestConditionContext(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = c.eval(ctx, nil)
+	_, err = c.eval(ctx, nil, condLimits{})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
 func TestConditionConcurrent(t *testing.T) {
 	t.Parallel()
-	c, err := compileCondition("count(map(tags, #)) == 2 AND n > 1")
+	c, err := compileCondition("count(map(in.tags, #)) == 2 AND in.n > 1")
 	require.NoError(t, err)
 	errs := make(chan error, 8)
 	for range 8 {
 		go func() {
 			for range 200 {
-				ok, err := c.eval(context.Background(), condInput())
+				ok, err := c.eval(context.Background(), condInput(), condLimits{})
 				if err == nil && !ok {
 					err = errors.New("false")
 				}
@@ -274,11 +276,13 @@ func TestRewriteCondition(t *testing.T) {
 // quickly.
 func FuzzCondition(f *testing.F) {
 	for _, s := range []string{
-		"in.score > 0.5", "score > 0.5 AND n == 3", "NOT ok", "exists('in.images.0')",
-		"count(tags) == 2", "missing == nil", "any(tags, # == 'cat')", "in in [1,2]",
-		"all(1..100, # > 0)", "'a' + name == 'acat.png'", "meta.nested?.deep == 'x'",
-		"len(map(images, .Name)) == 2", "n not in [1] or in.x", "`raw` matches 'r'",
-		"filter(tags, # startsWith 'c')[0] == 'cat'", "images[0].Name + images[1].Name != ''",
+		"in.score > 0.5", "in.score > 0.5 AND in.n == 3", "NOT in.ok", "exists('in.images.0')",
+		"count(in.tags) == 2", "in.missing == nil", "any(in.tags, # == 'cat')", "in in [1,2]",
+		"all(1..100, # > 0)", "'a' + in.name == 'acat.png'", "in.meta.nested?.deep == 'x'",
+		"len(map(in.images, .Name)) == 2", "in.n not in [1] or in.x", "`raw` matches 'r'",
+		"filter(in.tags, # startsWith 'c')[0] == 'cat'", "in.images[0].Name + in.images[1].Name != ''",
+		"output.images.count > 0", "output.meta.nested.deep.exists", "string(in) != ''",
+		"len(split(in.name, '.')) == 2", "in.name matches in.tags[0]",
 	} {
 		f.Add(s)
 	}
@@ -293,7 +297,7 @@ func FuzzCondition(f *testing.F) {
 		}
 		for _, in := range []any{env, nil, int64(7), "s", []any{int64(1), "x"}} {
 			start := time.Now()
-			_, _ = c.eval(context.Background(), in)
+			_, _ = c.eval(context.Background(), in, condLimits{})
 			if d := time.Since(start); d > 2*time.Second {
 				t.Fatalf("%q took %v", src, d)
 			}

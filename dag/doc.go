@@ -45,9 +45,11 @@
 //     depends on the backend keeping them; Memoize reuses an earlier
 //     identical run.
 //   - CONDITION ([ConditionConfig]): an expression over the incoming value
+//     (in, or output: "output.width > 1024 AND output.images.count > 0")
 //     passes it to the "true" or the "false" port; the nodes behind the
 //     port not taken are skipped, not failed. It is the only node that
-//     leaves a port without a value.
+//     leaves a port without a value. An evaluation's memory is bounded
+//     ([Config].ConditionMemory) and a cancel stops it.
 //   - FANOUT ([FanoutConfig]): one value to Count ports, as is
 //     (broadcast) or as contiguous chunks of a list (distribute).
 //   - MERGE ([MergeConfig]): several values into one list (collect), or
@@ -64,7 +66,8 @@
 // duplicate IDs, bad configurations, dangling edges, self-loops, cycles
 // (with the nodes on them), missing entries and exits, unreachable nodes,
 // unknown ports, port conflicts, type mismatches, workflow parameters that
-// point nowhere and CONDITION expressions that do not compile. Start
+// point nowhere and CONDITION expressions that do not compile, name
+// something unknown or do not give a bool. Start
 // validates too.
 //
 // # Execution

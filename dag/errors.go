@@ -59,6 +59,10 @@ var (
 	ErrNotFound = errors.New("dag: not found")
 	// ErrExists: an execution with that ID already exists.
 	ErrExists = errors.New("dag: execution exists")
+	// ErrConditionBudget: an evaluation of a CONDITION expression went
+	// over its memory budget (Config.ConditionMemory) or its number of
+	// steps; the node fails with an error wrapping it.
+	ErrConditionBudget = errors.New("dag: condition budget exceeded")
 	// ErrClosed: the Executor was closed.
 	ErrClosed = errors.New("dag: executor closed")
 )

@@ -55,6 +55,10 @@ type Executor struct {
 	active  map[string]*Execution // by ID, from Start/Resume until done
 	running int                   // len(active), including reservations
 	idle    chan struct{}         // closed once closed and running == 0
+
+	// condStep, when set by a test before the first execution starts,
+	// is called at each step of a CONDITION evaluation.
+	condStep func()
 }
 
 // New returns an Executor. cfg is required; it is copied, so changing it
@@ -82,8 +86,11 @@ func New(cfg *Config) (*Executor, error) {
 		return nil, fmt.Errorf("%w: Config.Runner is required", ErrInvalid)
 	case c.Parallelism < 0:
 		return nil, fmt.Errorf("%w: Config.Parallelism cannot be negative", ErrInvalid)
+	case c.ConditionMemory < 0:
+		return nil, fmt.Errorf("%w: Config.ConditionMemory cannot be negative", ErrInvalid)
 	}
 	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
+	c.ConditionMemory = cmp.Or(c.ConditionMemory, DefaultConditionMemory)
 	if c.Store == nil {
 		c.Store = NewMemoryStore()
 	}
@@ -960,7 +967,7 @@ func (x *Execution) process(i int) {
 		x.complete(i, out)
 	case KindCondition:
 		v := x.value(live[0])
-		ok, err := n.cond.eval(x.ctx, v)
+		ok, err := n.cond.eval(x.ctx, v, condLimits{memory: x.ex.cfg.ConditionMemory, onStep: x.ex.condStep})
 		if err != nil {
 			if x.ctx.Err() != nil {
 				x.onCancel() // cancelled during the evaluation: i is cancelled

@@ -426,11 +426,28 @@ type OutputPort struct {
 // passes its value to the port "true" when Expr evaluates to true, else
 // to "false"; the nodes behind the port not taken are skipped.
 //
-// The expression sees the incoming value as in and, when it is a map, its
-// keys as variables too. It supports field access (in.score, in["k"]),
-// comparisons, AND/OR/NOT (or and/or/not, &&/||/!), arithmetic, and the
-// built-ins exists("path.to.field"), count(list) and len(x). It has no
-// side effects and its cost is bounded.
+// The expression (github.com/expr-lang/expr, restricted) sees the
+// incoming value as in, also named output; no other name exists, so a
+// misspelt one is a validation error ("unknown name "score": … write
+// in.score"). It supports field access (output.score, in["k"], a missing
+// field is nil), comparisons (an ordering comparison with nil is false),
+// AND/OR/NOT (or and/or/not, &&/||/!), arithmetic, x.count (the length of
+// a list or string; 0 for nil), x.exists (x is there and not nil, false
+// rather than an error when a step on the way is missing), the built-ins
+// exists("in.path.to.field"), count(x) and len(x), and a few of expr's
+// (all, any, filter, map, upper, split…). For example:
+//
+//	output.width > 1024 AND output.height > 1024
+//	output.images.count > 0
+//	output.field.exists AND NOT (output.score < 0.5)
+//
+// It must give a bool: an expression whose type is known without the
+// incoming value (1 + 2, "s", len(in)) and is not bool fails validation;
+// one that depends on it (in.flag) is checked when it runs. It has no
+// side effects, and one evaluation may allocate at most
+// Config.ConditionMemory bytes and run at most 100,000 closure steps
+// (beyond, the node fails with an error matching ErrConditionBudget); a
+// cancelled execution stops an evaluation under way.
 type ConditionConfig struct {
 	// Expr is the expression; it must evaluate to a bool.
 	Expr string `json:"expr"`

@@ -75,10 +75,23 @@ type Config struct {
 	AskBackend AskBackendFunc
 	// Logger receives the Executor's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// ConditionMemory bounds what one evaluation of a CONDITION
+	// expression may allocate, in bytes, summed over the evaluation:
+	// strings it builds, lists and ranges it makes, the results of its
+	// closures. An evaluation that would go over fails its node with an
+	// error matching ErrConditionBudget (as does one that takes more than
+	// 100,000 closure steps). Zero means DefaultConditionMemory; it
+	// cannot be negative.
+	ConditionMemory int64
 }
 
 // DefaultParallelism is the default of Config.Parallelism.
 const DefaultParallelism = 16
+
+// DefaultConditionMemory is the default of Config.ConditionMemory: 1 MiB,
+// ample for conditions over a node's output, far below what a runaway
+// expression would take.
+const DefaultConditionMemory = 1 << 20
 
 // BackendRequest is what AskBackend is asked.
 type BackendRequest struct {
