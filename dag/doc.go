@@ -135,6 +135,16 @@
 // implements the same small interface and checks itself with the
 // conformance suite of package dag/storetest.
 //
+// Node checkpoints are written by a goroutine of each execution, never by
+// its scheduler, which does not wait for the disk: the records that pile
+// up during one write go together in the next (the latest of each node),
+// as one file with one fsync in a FileStore ([BatchStore]). An execution
+// reports its end (Wait, Done, its last event) only once its node records
+// and then its own record are written, so that what Wait returns is what
+// Resume finds. A checkpoint that cannot be written fails the execution:
+// its running nodes are cancelled and Wait returns an error matching
+// [ErrCheckpoint] and wrapping the Store's.
+//
 // No Store forgets anything by itself: every execution's checkpoint and
 // node outputs (images included) stay until [Store].Delete removes the
 // execution, and memoised results stay for good. The default

@@ -63,6 +63,11 @@ var (
 	// over its memory budget (Config.ConditionMemory) or its number of
 	// steps; the node fails with an error wrapping it.
 	ErrConditionBudget = errors.New("dag: condition budget exceeded")
+	// ErrCheckpoint: a checkpoint of an execution (a node's record or the
+	// execution's) could not be written to the Store. The execution fails
+	// with an error wrapping it and the Store's error: what the Store
+	// holds no longer matches what ran, and Resume would redo work.
+	ErrCheckpoint = errors.New("dag: checkpoint not written")
 	// ErrClosed: the Executor was closed.
 	ErrClosed = errors.New("dag: executor closed")
 )

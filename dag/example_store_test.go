@@ -43,7 +43,8 @@ func ExampleNewFileStore() {
 		log.Fatal(err)
 	}
 
-	// The files, with IDs percent-encoded into portable names.
+	// The files, with IDs percent-encoded into portable names; node
+	// records go in numbered batches.
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -66,6 +67,6 @@ func ExampleNewFileStore() {
 	fmt.Println(cp.Execution.ID, cp.Execution.Status, n.Node, n.State, n.Backend)
 	// Output:
 	// executions/_%52un%2f1/execution.json
-	// executions/_%52un%2f1/nodes/_upscale.json
+	// executions/_%52un%2f1/nodes/batch-0000000000000001-0000000000000001.json
 	// Run/1 running upscale completed gpu-1
 }

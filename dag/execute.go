@@ -27,6 +27,9 @@ var (
 	// errFailFast cancels the running nodes of an execution after its
 	// first failure (FailFast).
 	errFailFast = fmt.Errorf("%w: an earlier node failed", ErrCancelled)
+	// errCheckpointFailed cancels the running nodes of an execution whose
+	// checkpoint could not be written.
+	errCheckpointFailed = fmt.Errorf("%w: a checkpoint could not be written", ErrCancelled)
 )
 
 // Executor runs graphs: each execution is scheduled by one goroutine of
@@ -422,6 +425,10 @@ type Execution struct {
 	abortErr error // why pending nodes are cancelled
 	failures []error
 	wf       *wfRunner
+	cp       *checkpointer
+	// cpErr is the first checkpoint that could not be written
+	// (ErrCheckpoint); it fails the execution.
+	cpErr error
 
 	// Written by the loop under mu; read by the other methods under mu.
 	mu      sync.Mutex
@@ -441,6 +448,7 @@ const (
 	abortNone abortKind = iota
 	abortFailFast
 	abortCancel
+	abortCheckpoint // a checkpoint could not be written
 )
 
 // nodeRT is the scheduler's state of one node.
@@ -558,9 +566,13 @@ func infoFromRecord(n *pnode, rec *NodeRecord, out map[string]any) NodeInfo {
 	return info
 }
 
-// launch starts the execution's loop.
+// launch starts the execution's loop and its checkpoint writer.
 func (x *Execution) launch() {
 	x.ctx, x.cancel = context.WithCancelCause(x.ex.ctx)
+	x.cp = newCheckpointer(x.storeCtx(), x.ex.cfg.Store, x.id, func(err error) {
+		x.mbox.post(msg{kind: msgCheckpoint, node: -1, err: err})
+	})
+	x.ex.wg.Go(x.cp.run)
 	x.ex.wg.Go(x.loop)
 }
 
@@ -680,6 +692,7 @@ const (
 	msgRunning
 	msgProgress
 	msgResult
+	msgCheckpoint // a checkpoint write failed (err); node is -1
 )
 
 // msg is a report or a WORKFLOW node's outcome, for the loop.
@@ -812,10 +825,18 @@ func (x *Execution) end() {
 	case len(x.failures) > 0:
 		status, err = StatusFailed, errors.Join(x.failures...)
 	}
+	// The node records first, then the execution's: a Store that says
+	// the execution ended holds its nodes' last states.
+	if cerr := x.cp.close(); cerr != nil && x.cpErr == nil {
+		x.cpErr = cerr
+	}
+	if x.cpErr != nil {
+		status, err = StatusFailed, errors.Join(x.cpErr, err)
+	}
 	x.rec.Status, x.rec.Updated = status, time.Now()
 	rec := x.rec
 	if serr := x.ex.cfg.Store.UpdateExecution(x.storeCtx(), &rec); serr != nil {
-		x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: store execution", slog.Any("err", serr))
+		status, err = StatusFailed, errors.Join(err, fmt.Errorf("%w: execution %q (status %s): %w", ErrCheckpoint, x.id, rec.Status, serr))
 	}
 	x.mu.Lock()
 	x.status, x.err = status, err
@@ -1152,6 +1173,10 @@ func rank(s NodeState) int {
 
 // handle applies one message.
 func (x *Execution) handle(m msg) {
+	if m.kind == msgCheckpoint {
+		x.checkpointFailed(m.err)
+		return
+	}
 	i := m.node
 	inf := &x.infos[i]
 	if m.kind == msgResult {
@@ -1280,7 +1305,7 @@ func (x *Execution) fail(i int, err error) {
 // onCancel aborts the execution after its context ended.
 func (x *Execution) onCancel() {
 	cause := context.Cause(x.ctx)
-	if errors.Is(cause, errFailFast) {
+	if errors.Is(cause, errFailFast) || errors.Is(cause, errCheckpointFailed) {
 		return // our own doing; abort already set
 	}
 	x.startAbort(abortCancel, cause)
@@ -1289,8 +1314,11 @@ func (x *Execution) onCancel() {
 // startAbort cancels the running nodes and every node not started.
 func (x *Execution) startAbort(k abortKind, why error) {
 	x.abort, x.abortErr = k, why
-	if k == abortFailFast {
+	switch k {
+	case abortFailFast:
 		x.cancel(errFailFast)
+	case abortCheckpoint:
+		x.cancel(errCheckpointFailed)
 	}
 	x.waitWF = nil
 	for _, i := range x.p.order {
@@ -1329,10 +1357,12 @@ func (x *Execution) finish(i int, s NodeState, out map[string]any, err error) {
 	}
 }
 
-// save checkpoints node i; a store error is logged.
+// save checkpoints node i: its record goes to the checkpoint writer,
+// which writes it later; a record that cannot be encoded or written fails
+// the execution (msgCheckpoint, then checkpointFailed).
 func (x *Execution) save(i int) {
 	inf := &x.infos[i]
-	rec := NodeRecord{
+	rec := &NodeRecord{
 		Node: inf.Node, State: inf.State, Backend: inf.Backend, JobID: inf.JobID, Runs: inf.Runs,
 		Memoized: inf.Memoized, Started: inf.Started, Ended: inf.Ended,
 	}
@@ -1342,12 +1372,25 @@ func (x *Execution) save(i int) {
 	if inf.Outputs != nil {
 		raw, err := encodeValues(inf.Outputs)
 		if err != nil {
-			x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: encode node outputs", slog.String("node_id", inf.Node), slog.Any("err", err))
+			// Reported to the loop like a write error, not handled here,
+			// in the middle of a transition.
+			x.cp.fail(fmt.Errorf("%w: node %q of execution %q: encode outputs: %w", ErrCheckpoint, inf.Node, x.id, err))
 		}
 		rec.Outputs = raw
 	}
-	if err := x.ex.cfg.Store.SaveNode(x.storeCtx(), x.id, &rec); err != nil {
-		x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: store node", slog.String("node_id", inf.Node), slog.Any("err", err))
+	x.cp.save(rec)
+}
+
+// checkpointFailed fails the execution after a checkpoint could not be
+// written: its running nodes are cancelled and the others not started.
+// What ran can no longer be resumed from the Store without redoing work.
+func (x *Execution) checkpointFailed(err error) {
+	if x.cpErr != nil {
+		return
+	}
+	x.cpErr = err
+	if x.abort == abortNone {
+		x.startAbort(abortCheckpoint, errCheckpointFailed)
 	}
 }
 

@@ -916,36 +916,6 @@ func TestResumeFailed(t *testing.T) {
 	assert.Equal(t, []string{"A", "B", "B"}, nodes, "A ran once, B again")
 }
 
-// failingStore fails every write after CreateExecution.
-type failingStore struct {
-	Store
-	saves int
-	mu    sync.Mutex
-}
-
-func (s *failingStore) SaveNode(context.Context, string, *NodeRecord) error {
-	s.mu.Lock()
-	s.saves++
-	s.mu.Unlock()
-	return errors.New("disk full")
-}
-
-func (s *failingStore) UpdateExecution(context.Context, *ExecutionRecord) error {
-	return errors.New("disk full")
-}
-
-func TestStoreErrorsDoNotStopTheExecution(t *testing.T) {
-	t.Parallel()
-	st := &failingStore{Store: NewMemoryStore()}
-	b := exSetup(t, exOpts{store: st})
-	res, err := b.ex.Run(t.Context(), exDiamond(), map[string]any{"s": "x"}, nil)
-	require.NoError(t, err)
-	assert.Equal(t, StatusCompleted, res.Status)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	assert.Positive(t, st.saves)
-}
-
 func TestOnEventPanicIsRecovered(t *testing.T) {
 	t.Parallel()
 	b := exSetup(t, exOpts{})

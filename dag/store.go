@@ -9,9 +9,13 @@ import (
 // Store keeps execution checkpoints, so that Executor.Resume can finish an
 // execution after the process restarted, and memoised node results. The
 // Executor writes an execution's record when it starts and when its status
-// changes, and a node's record at each of the node's transitions. An
-// implementation must be safe for concurrent use; a write that returned
-// nil must survive a crash of the process. MemoryStore and FileStore ship;
+// changes, and a node's record at each of the node's transitions (from a
+// goroutine of its own, not the scheduler's: the latest record of each node
+// wins, and a Store that is also a BatchStore gets them in groups). An
+// execution's end is reported only once its node records and then its
+// execution record were written; a write that fails fails the execution
+// (ErrCheckpoint). An implementation must be safe for concurrent use; a
+// write that returned nil must survive a crash of the process. MemoryStore and FileStore ship;
 // a database-backed Store implements the same six methods.
 //
 // Values inside records (inputs, outputs) are opaque JSON encoded by the
@@ -37,6 +41,23 @@ type Store interface {
 	Memo(ctx context.Context, key string) (value json.RawMessage, ok bool, err error)
 	// SaveMemo saves value under key, replacing any earlier value.
 	SaveMemo(ctx context.Context, key string, value json.RawMessage) error
+}
+
+// BatchStore is a Store that can save several node records of one
+// execution in one write. The Executor writes node checkpoints from a
+// goroutine of its own, in groups (the records that piled up while it
+// wrote the group before, the latest record of each node); with a
+// BatchStore each group is one SaveNodes call, which a FileStore writes as
+// one file with one fsync, instead of one SaveNode call per record.
+// FileStore and MemoryStore are BatchStores.
+type BatchStore interface {
+	Store
+	// SaveNodes creates or replaces the records of the nodes in recs, as
+	// SaveNode would one after the other (a node that appears twice gets
+	// the later record); when it returns nil, every one survives a crash.
+	// ErrNotFound if the execution has no record. After an error, some
+	// records may have been saved and others not.
+	SaveNodes(ctx context.Context, id string, recs []*NodeRecord) error
 }
 
 // Checkpoint is an execution as a Store holds it.

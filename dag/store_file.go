@@ -1,6 +1,8 @@
 package dag
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,9 +12,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,14 +40,13 @@ import (
 type FileStore struct {
 	dir  string
 	seed maphash.Seed
-	// locks are striped per execution ID: SaveNode and Load hold one for
-	// reading (saves of different nodes, and of the same node, run in
-	// parallel: each is an atomic rename), CreateExecution,
-	// UpdateExecution and Delete for writing.
+	// locks are striped per execution ID: Load holds one for reading,
+	// the writes (CreateExecution, UpdateExecution, SaveNode(s), Delete)
+	// for writing (a batch takes the execution's next sequence number).
 	locks [64]sync.RWMutex
 }
 
-var _ Store = (*FileStore)(nil)
+var _ BatchStore = (*FileStore)(nil)
 
 // Layout of a FileStore directory.
 const (
@@ -56,6 +60,8 @@ const (
 	fsHashedPrefix  = "~"      // hashed names (never made by percent-encoding)
 	fsEncodedPrefix = "_"      // percent-encoded names
 	fsFileSuffix    = ".json"  // record files
+	fsBatchPrefix   = "batch-" // node record batches: batch-<lo>-<hi>.json
+	fsMergeFan      = 8        // batches merged at once (see SaveNodes)
 )
 
 // NewFileStore returns a FileStore keeping its files under dir, which it
@@ -64,9 +70,10 @@ const (
 //
 // Layout:
 //
-//	dir/executions/<name(id)>/execution.json       the ExecutionRecord
-//	dir/executions/<name(id)>/nodes/<name(node)>.json  one NodeRecord each
-//	dir/memo/<hex(sha256(key))>.json               {"key": key, "value": value}
+//	dir/executions/<name(id)>/execution.json   the ExecutionRecord
+//	dir/executions/<name(id)>/nodes/batch-<lo>-<hi>.json
+//	                                           node records: {"nodes": [NodeRecord…]}
+//	dir/memo/<hex(sha256(key))>.json           {"key": key, "value": value}
 //
 // name(s) is "_" followed by s with every byte outside [a-z0-9_-]
 // percent-encoded in lower-case hex ("Run/1" → "_%52un%2f1"): reversible,
@@ -76,6 +83,22 @@ const (
 // case-insensitive file system). A name that would be longer than 200
 // bytes is "~" followed by the hex SHA-256 of s instead; the records hold
 // the IDs, so nothing needs to decode a name.
+//
+// Node records are written in batches (SaveNodes; SaveNode writes a batch
+// of one), so that a group of records costs one file and one fsync, not
+// one each. Each batch has the next sequence number of its execution, lo
+// = hi in its name (16 hex digits each); a node's record is the one in
+// the batch with the highest number that holds it. So that an execution
+// does not pile up files, whenever its fsMergeFan (8) newest batches each
+// cover as many numbers, they are merged into one covering all of theirs
+// (lo of the first, hi of the last), which keeps the latest record of
+// each node, and then removed: an execution has at most 7 batches per
+// power of 8 of its writes, and a record is rewritten about log8(writes)
+// times. A merged batch is written before the batches it replaces are
+// removed; a batch left over by a crash in between is covered by the
+// merged one and ignored (removed by the next write). Node files of the
+// layout before batches (nodes/<name(node)>.json) are read, as older
+// than any batch.
 //
 // Every write is crash-safe: the record goes to a temporary file in the
 // target's directory (".tmp-…", ignored when reading), which is synced
@@ -189,30 +212,237 @@ func (s *FileStore) UpdateExecution(ctx context.Context, rec *ExecutionRecord) e
 }
 
 // SaveNode writes the record of node rec.Node of execution id, replacing
-// any earlier one; ErrNotFound if the execution has no record.
+// any earlier one; ErrNotFound if the execution has no record. It is
+// SaveNodes with one record.
 func (s *FileStore) SaveNode(ctx context.Context, id string, rec *NodeRecord) error {
 	if err := storeCheckNode(ctx, id, rec); err != nil {
 		return err
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("dag: file store: encode node %q of execution %q: %w", rec.Node, id, err)
-	}
-	l := s.lock(id)
-	l.RLock()
-	defer l.RUnlock()
+	return s.SaveNodes(ctx, id, []*NodeRecord{rec})
+}
 
-	ed := s.execDir(id)
-	if err := s.mustExist(ed, id); err != nil {
+// SaveNodes writes the records of execution id's nodes in recs, replacing
+// earlier ones, as one batch file (one fsync); ErrNotFound if the
+// execution has no record. It either saves them all or none. Merging older
+// batches (see NewFileStore) happens after the batch is durable; a merge
+// that fails is left for the next write and does not fail this one.
+func (s *FileStore) SaveNodes(ctx context.Context, id string, recs []*NodeRecord) error {
+	for _, rec := range recs {
+		if err := storeCheckNode(ctx, id, rec); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := fsWriteAtomic(filepath.Join(ed, fsNodesDir), fsName(rec.Node)+fsFileSuffix, data); err != nil {
+	data, err := fsEncodeBatch(recs)
+	if err != nil {
+		return fmt.Errorf("dag: file store: encode nodes of execution %q: %w", id, err)
+	}
+	l := s.lock(id)
+	l.Lock()
+	defer l.Unlock()
+
+	ed := s.execDir(id)
+	if err := s.mustExist(ed, id); err != nil || len(recs) == 0 {
+		return err
+	}
+	nd := filepath.Join(ed, fsNodesDir)
+	batches, covered, _, err := fsListNodes(nd)
+	if err != nil {
 		if fsIsNotExist(err) {
 			return storeNotFound(id)
 		}
-		return fmt.Errorf("dag: file store: save node %q of execution %q: %w", rec.Node, id, err)
+		return fmt.Errorf("dag: file store: save nodes of execution %q: %w", id, err)
 	}
+	for _, b := range covered {
+		_ = os.Remove(filepath.Join(nd, b.name())) // a merge's leftover; ignored until gone
+	}
+	seq := uint64(1)
+	if len(batches) > 0 {
+		seq = batches[len(batches)-1].hi + 1
+	}
+	b := fsBatch{lo: seq, hi: seq}
+	if err := fsWriteAtomic(nd, b.name(), data); err != nil {
+		if fsIsNotExist(err) {
+			return storeNotFound(id)
+		}
+		return fmt.Errorf("dag: file store: save nodes of execution %q: %w", id, err)
+	}
+	_ = fsMerge(nd, append(batches, b)) // best effort: see the doc comment
 	return nil
+}
+
+// fsBatchFile is the content of a batch file.
+type fsBatchFile struct {
+	Nodes []*NodeRecord `json:"nodes"`
+}
+
+// fsEncodeBatch encodes recs as a batch file, as json.Marshal of an
+// fsBatchFile would, but copies each record's Outputs as they are (they
+// were checked to be JSON) rather than validating and compacting them
+// again: a batch can hold every output of an execution.
+func fsEncodeBatch(recs []*NodeRecord) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"nodes":[`)
+	for k, r := range recs {
+		if k > 0 {
+			buf.WriteByte(',')
+		}
+		c := *r
+		c.Outputs = nil
+		data, err := json.Marshal(&c)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Outputs) == 0 {
+			buf.Write(data)
+			continue
+		}
+		buf.Write(data[:len(data)-1]) // without its closing brace
+		buf.WriteString(`,"outputs":`)
+		buf.Write(r.Outputs)
+		buf.WriteByte('}')
+	}
+	buf.WriteString("]}")
+	return buf.Bytes(), nil
+}
+
+// fsBatch is a batch file, covering the sequence numbers lo to hi.
+type fsBatch struct {
+	lo, hi uint64
+}
+
+func (b fsBatch) name() string {
+	return fmt.Sprintf("%s%016x-%016x%s", fsBatchPrefix, b.lo, b.hi, fsFileSuffix)
+}
+
+// parseFsBatch parses a batch file's name.
+func parseFsBatch(name string) (fsBatch, bool) {
+	var b fsBatch
+	rest, ok := strings.CutPrefix(name, fsBatchPrefix)
+	if !ok {
+		return b, false
+	}
+	rest, ok = strings.CutSuffix(rest, fsFileSuffix)
+	if !ok || len(rest) != 33 || rest[16] != '-' {
+		return b, false
+	}
+	lo, err1 := strconv.ParseUint(rest[:16], 16, 64)
+	hi, err2 := strconv.ParseUint(rest[17:], 16, 64)
+	if err1 != nil || err2 != nil || lo == 0 || hi < lo {
+		return b, false
+	}
+	return fsBatch{lo: lo, hi: hi}, true
+}
+
+// fsListNodes lists the node files of nodes directory nd: the batches in
+// the order they apply (ascending hi), the batches a wider one covers
+// (left over by a crash during a merge, to be ignored), and the files of
+// the layout before batches, by name. Temp files and strays are skipped.
+// Two batches that overlap without one covering the other (which merges
+// never make) are an error.
+func fsListNodes(nd string) (batches, covered []fsBatch, legacy []string, err error) {
+	entries, err := os.ReadDir(nd)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fsFileSuffix) {
+			continue // temp files and strays
+		}
+		if b, ok := parseFsBatch(name); ok {
+			batches = append(batches, b)
+			continue
+		}
+		if strings.HasPrefix(name, fsEncodedPrefix) || strings.HasPrefix(name, fsHashedPrefix) {
+			legacy = append(legacy, name)
+		}
+	}
+	// By hi, then widest first, so that a batch comes after (or, for the
+	// same hi, before) those it covers.
+	slices.SortFunc(batches, func(a, b fsBatch) int {
+		return cmp.Or(cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo))
+	})
+	kept := batches[:0:0]
+	for _, b := range batches {
+		for len(kept) > 0 && kept[len(kept)-1].lo >= b.lo {
+			covered = append(covered, kept[len(kept)-1])
+			kept = kept[:len(kept)-1]
+		}
+		if len(kept) > 0 && kept[len(kept)-1].hi >= b.lo {
+			last := kept[len(kept)-1]
+			if last.lo <= b.lo && b.hi <= last.hi {
+				covered = append(covered, b)
+				continue
+			}
+			return nil, nil, nil, fmt.Errorf("node files %s and %s overlap", filepath.Join(nd, last.name()), filepath.Join(nd, b.name()))
+		}
+		kept = append(kept, b)
+	}
+	return kept, covered, legacy, nil
+}
+
+// fsMerge removes covered leftovers and merges the newest batches while
+// the last fsMergeFan of them cover as many sequence numbers each.
+func fsMerge(nd string, batches []fsBatch) error {
+	for {
+		n := len(batches)
+		if n < fsMergeFan {
+			return nil
+		}
+		group := batches[n-fsMergeFan:]
+		width := group[0].hi - group[0].lo
+		for _, b := range group[1:] {
+			if b.hi-b.lo != width {
+				return nil
+			}
+		}
+		merged := fsBatch{lo: group[0].lo, hi: group[len(group)-1].hi}
+		byNode := make(map[string]*NodeRecord)
+		for _, b := range group {
+			recs, err := fsReadBatch(filepath.Join(nd, b.name()))
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				byNode[r.Node] = r
+			}
+		}
+		recs := slices.SortedFunc(maps.Values(byNode), func(a, b *NodeRecord) int { return strings.Compare(a.Node, b.Node) })
+		data, err := fsEncodeBatch(recs)
+		if err != nil {
+			return err
+		}
+		if err := fsWriteAtomic(nd, merged.name(), data); err != nil {
+			return err
+		}
+		for _, b := range group {
+			if err := os.Remove(filepath.Join(nd, b.name())); err != nil && !fsIsNotExist(err) {
+				return err
+			}
+		}
+		batches = append(batches[:n-fsMergeFan], merged)
+	}
+}
+
+// fsReadBatch reads the records of a batch file; an error names the file.
+func fsReadBatch(path string) ([]*NodeRecord, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f fsBatchFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("corrupt node file %s: %w", path, err)
+	}
+	for _, r := range f.Nodes {
+		if r == nil || r.Node == "" {
+			return nil, fmt.Errorf("node file %s holds a record without a node", path)
+		}
+	}
+	return f.Nodes, nil
 }
 
 // mustExist returns ErrNotFound unless execution directory ed has its
@@ -253,33 +483,57 @@ func (s *FileStore) Load(ctx context.Context, id string) (*Checkpoint, error) {
 	if rec.ID != id {
 		return nil, fmt.Errorf("dag: file store: load execution %q: file %s holds execution %q", id, path, rec.ID)
 	}
-	cp := &Checkpoint{Execution: &rec, Nodes: make(map[string]*NodeRecord)}
-
 	nd := filepath.Join(ed, fsNodesDir)
-	entries, err := os.ReadDir(nd)
-	if err != nil && !fsIsNotExist(err) {
-		return nil, fmt.Errorf("dag: file store: load execution %q: %w", id, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fsFileSuffix) || e.IsDir() {
-			continue // temp files and strays
+	// Another process writing the execution may merge batches between
+	// the listing and the reading: a batch gone missing means listing
+	// again.
+	for attempt := 0; ; attempt++ {
+		nodes, err := fsLoadNodes(nd)
+		if err != nil && fsIsNotExist(err) && attempt < 3 {
+			continue
 		}
-		path := filepath.Join(nd, name)
-		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("dag: file store: load execution %q: %w", id, err)
 		}
+		return &Checkpoint{Execution: &rec, Nodes: nodes}, nil
+	}
+}
+
+// fsLoadNodes reads the node records of nodes directory nd.
+func fsLoadNodes(nd string) (map[string]*NodeRecord, error) {
+	nodes := make(map[string]*NodeRecord)
+	batches, _, legacy, err := fsListNodes(nd)
+	if err != nil {
+		if fsIsNotExist(err) {
+			return nodes, nil // a directory made by hand, without nodes
+		}
+		return nil, err
+	}
+	for _, name := range legacy {
+		path := filepath.Join(nd, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
 		n := new(NodeRecord)
 		if err := json.Unmarshal(data, n); err != nil {
-			return nil, fmt.Errorf("dag: file store: load execution %q: corrupt node file %s: %w", id, path, err)
+			return nil, fmt.Errorf("corrupt node file %s: %w", path, err)
 		}
 		if n.Node == "" || fsName(n.Node)+fsFileSuffix != name {
-			return nil, fmt.Errorf("dag: file store: load execution %q: node file %s holds node %q", id, path, n.Node)
+			return nil, fmt.Errorf("node file %s holds node %q", path, n.Node)
 		}
-		cp.Nodes[n.Node] = n
+		nodes[n.Node] = n
 	}
-	return cp, nil
+	for _, b := range batches {
+		recs, err := fsReadBatch(filepath.Join(nd, b.name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			nodes[r.Node] = r
+		}
+	}
+	return nodes, nil
 }
 
 // Delete removes the execution's directory; deleting a missing execution

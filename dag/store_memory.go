@@ -36,7 +36,7 @@ type memStoreExecution struct {
 	nodes map[string]*NodeRecord
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ BatchStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
@@ -90,6 +90,32 @@ func (s *MemoryStore) SaveNode(ctx context.Context, id string, rec *NodeRecord) 
 		return storeNotFound(id)
 	}
 	e.nodes[rec.Node] = c
+	return nil
+}
+
+// SaveNodes creates or replaces (with copies) the records of the nodes in
+// recs of execution id, all at once; ErrNotFound if the execution has no
+// record.
+func (s *MemoryStore) SaveNodes(ctx context.Context, id string, recs []*NodeRecord) error {
+	cs := make([]*NodeRecord, len(recs))
+	for k, rec := range recs {
+		if err := storeCheckNode(ctx, id, rec); err != nil {
+			return err
+		}
+		cs[k] = storeCloneNode(rec)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[id]
+	if !ok {
+		return storeNotFound(id)
+	}
+	for _, c := range cs {
+		e.nodes[c.Node] = c
+	}
 	return nil
 }
 

@@ -264,12 +264,38 @@ func TestFileStoreCorruptFiles(t *testing.T) {
 	t.Run("node holding another node", func(t *testing.T) {
 		t.Parallel()
 		s, ed := setup(t)
-		data, err := os.ReadFile(filepath.Join(ed, "nodes", "_a.json"))
+		data, err := json.Marshal(sampleNode("a"))
 		require.NoError(t, err)
-		p := filepath.Join(ed, "nodes", "_c.json")
+		p := filepath.Join(ed, "nodes", "_c.json") // a node file of the layout before batches
 		require.NoError(t, os.WriteFile(p, data, 0o600))
 		_, err = s.Load(ctx, "e1")
 		require.ErrorContains(t, err, "node file "+p+` holds node "a"`)
+	})
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		s, ed := setup(t)
+		p := filepath.Join(ed, "nodes", "batch-0000000000000002-0000000000000002.json")
+		require.NoError(t, os.WriteFile(p, []byte(`{"nodes":[{"node":"b","state":`), 0o600))
+		_, err := s.Load(ctx, "e1")
+		require.ErrorContains(t, err, "corrupt node file "+p)
+		assert.NotErrorIs(t, err, dag.ErrNotFound)
+	})
+	t.Run("batch record without a node", func(t *testing.T) {
+		t.Parallel()
+		s, ed := setup(t)
+		p := filepath.Join(ed, "nodes", "batch-0000000000000002-0000000000000002.json")
+		require.NoError(t, os.WriteFile(p, []byte(`{"nodes":[{"state":"completed"}]}`), 0o600))
+		_, err := s.Load(ctx, "e1")
+		require.ErrorContains(t, err, "node file "+p+" holds a record without a node")
+	})
+	t.Run("overlapping batches", func(t *testing.T) {
+		t.Parallel()
+		s, ed := setup(t)
+		for _, name := range []string{"batch-0000000000000002-0000000000000004.json", "batch-0000000000000003-0000000000000005.json"} {
+			require.NoError(t, os.WriteFile(filepath.Join(ed, "nodes", name), []byte(`{"nodes":[]}`), 0o600))
+		}
+		_, err := s.Load(ctx, "e1")
+		require.ErrorContains(t, err, "overlap")
 	})
 	t.Run("execution", func(t *testing.T) {
 		t.Parallel()
@@ -386,14 +412,13 @@ func TestFileStoreNames(t *testing.T) {
 	}
 	check(execDirs(t, dir))
 
+	// Node records are in batch files, named by number; the records
+	// hold the node IDs.
 	entries, err := os.ReadDir(filepath.Join(dir, "executions", "_run-1", "nodes"))
 	require.NoError(t, err)
-	var nodeFiles []string
 	for _, e := range entries {
-		require.True(t, strings.HasSuffix(e.Name(), ".json"), e.Name())
-		nodeFiles = append(nodeFiles, e.Name())
+		assert.Regexp(t, `^batch-[0-9a-f]{16}-[0-9a-f]{16}\.json$`, e.Name())
 	}
-	check(nodeFiles)
 
 	cp, err := s.Load(ctx, ids[0])
 	require.NoError(t, err)
@@ -622,4 +647,86 @@ func BenchmarkStoreSaveNode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// nodeFiles lists the files in an execution's nodes directory.
+func nodeFiles(t *testing.T, ed string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(ed, "nodes"))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// Batches are merged as they pile up: the files of an execution stay few
+// and the latest record of each node wins.
+func TestFileStoreBatchesMerge(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := newFileStore(t, dir)
+	require.NoError(t, s.CreateExecution(ctx, sampleExecution("e1")))
+	ed := onlyDir(t, dir)
+	const writes = 300
+	for k := 1; k <= writes; k++ {
+		recs := []*dag.NodeRecord{{Node: "n" + strconv.Itoa(k%10), State: dag.NodeRunning, Runs: k}}
+		if k%3 == 0 {
+			recs = append(recs, &dag.NodeRecord{Node: "every3", State: dag.NodeQueued, Runs: k})
+		}
+		require.NoError(t, s.SaveNodes(ctx, "e1", recs))
+		// At most 7 batches per power of 8: 300 writes, 3 levels.
+		require.LessOrEqual(t, len(nodeFiles(t, ed)), 3*7+1, "after %d writes: %v", k, nodeFiles(t, ed))
+	}
+	check := func(s *dag.FileStore) {
+		t.Helper()
+		cp, err := s.Load(ctx, "e1")
+		require.NoError(t, err)
+		require.Len(t, cp.Nodes, 11)
+		for j := range 10 {
+			assert.Equal(t, writes-(writes-j)%10, cp.Nodes["n"+strconv.Itoa(j)].Runs, j)
+		}
+		assert.Equal(t, writes, cp.Nodes["every3"].Runs)
+	}
+	check(s)
+	check(newFileStore(t, dir))
+
+	// A crash between writing a merged batch and removing the batches it
+	// replaces leaves them: they are ignored, then removed.
+	stale, err := json.Marshal(map[string]any{"nodes": []*dag.NodeRecord{{Node: "n1", State: dag.NodePending, Runs: -1}}})
+	require.NoError(t, err)
+	leftover := filepath.Join(ed, "nodes", "batch-0000000000000001-0000000000000001.json")
+	require.NoError(t, os.WriteFile(leftover, stale, 0o600))
+	check(s)
+	require.NoError(t, s.SaveNodes(ctx, "e1", []*dag.NodeRecord{{Node: "n0", State: dag.NodeCompleted, Runs: writes}}))
+	assert.NoFileExists(t, leftover)
+	check(s)
+}
+
+// Node files of the layout before batches are read, as older than any
+// batch.
+func TestFileStoreReadsNodeFilesBeforeBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := newFileStore(t, dir)
+	require.NoError(t, s.CreateExecution(ctx, sampleExecution("e1")))
+	ed := onlyDir(t, dir)
+	for _, n := range []*dag.NodeRecord{{Node: "x", State: dag.NodeRunning, Runs: 1}, {Node: "Y/1", State: dag.NodeCompleted, Runs: 1}} {
+		data, err := json.Marshal(n)
+		require.NoError(t, err)
+		name := "_x.json"
+		if n.Node == "Y/1" {
+			name = "_%59%2f1.json"
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(ed, "nodes", name), data, 0o600))
+	}
+	require.NoError(t, s.SaveNode(ctx, "e1", &dag.NodeRecord{Node: "x", State: dag.NodeCompleted, Runs: 2}))
+	cp, err := s.Load(ctx, "e1")
+	require.NoError(t, err)
+	require.Len(t, cp.Nodes, 2)
+	assert.Equal(t, 2, cp.Nodes["x"].Runs)
+	assert.Equal(t, dag.NodeCompleted, cp.Nodes["Y/1"].State)
 }

@@ -15,7 +15,8 @@
 // is exclusive, updates and node saves need an existing execution, node
 // records are created or replaced, Load returns copies, Delete removes
 // everything and tolerates missing executions, memo values are replaced,
-// concurrent saves are all kept, and times and raw JSON survive a round
+// concurrent saves are all kept, a [dag.BatchStore]'s SaveNodes saves as
+// SaveNode would, in order, and times and raw JSON survive a round
 // trip (times compared with time.Time.Equal, JSON semantically, so a
 // store may re-encode both).
 //

@@ -42,6 +42,69 @@ func RunStoreTests(t *testing.T, newStore func(t *testing.T) dag.Store) {
 			tt.fn(t, newStore(t))
 		})
 	}
+	t.Run("SaveNodes", func(t *testing.T) {
+		t.Parallel()
+		s, ok := newStore(t).(dag.BatchStore)
+		if !ok {
+			t.Skip("not a dag.BatchStore")
+		}
+		testSaveNodes(t, s)
+	})
+}
+
+// testSaveNodes checks a BatchStore's SaveNodes: it saves and replaces
+// like SaveNode, in order (a node given twice gets the later record, a
+// later SaveNode or SaveNodes wins), needs an existing execution, and
+// accepts an empty batch.
+func testSaveNodes(t *testing.T, s dag.BatchStore) {
+	ctx := t.Context()
+	wantErr(t, "SaveNodes before CreateExecution", s.SaveNodes(ctx, "e1", []*dag.NodeRecord{node("a", dag.NodeRunning)}), dag.ErrNotFound)
+	wantErr(t, "empty SaveNodes before CreateExecution", s.SaveNodes(ctx, "e1", nil), dag.ErrNotFound)
+	create(t, s, execution("e1"))
+	if len(load(t, s, "e1").Nodes) != 0 {
+		t.Fatal("a SaveNodes that failed left nodes")
+	}
+	if err := s.SaveNodes(ctx, "e1", nil); err != nil {
+		t.Fatalf("empty SaveNodes: %v", err)
+	}
+
+	a, b, c := node("a", dag.NodeQueued), node("b", dag.NodeRunning), node("c", dag.NodeCompleted)
+	a2 := node("a", dag.NodeRunning)
+	a2.Runs = 2
+	if err := s.SaveNodes(ctx, "e1", []*dag.NodeRecord{a, b, a2}); err != nil {
+		t.Fatalf("SaveNodes: %v", err)
+	}
+	saveNode(t, s, "e1", c)
+	cp := load(t, s, "e1")
+	if len(cp.Nodes) != 3 {
+		t.Fatalf("Load: nodes %v, want [a b c]", keys(cp.Nodes))
+	}
+	checkNode(t, a2, cp.Nodes["a"])
+	checkNode(t, b, cp.Nodes["b"])
+	checkNode(t, c, cp.Nodes["c"])
+
+	b2, c2 := node("b", dag.NodeFailed), node("c", dag.NodeSkipped)
+	b2.Error = "boom"
+	if err := s.SaveNodes(ctx, "e1", []*dag.NodeRecord{b2, c2}); err != nil {
+		t.Fatalf("SaveNodes: %v", err)
+	}
+	a3 := node("a", dag.NodeCompleted)
+	a3.Runs = 3
+	saveNode(t, s, "e1", a3)
+	// Many batches, then a replacement of all: what a long execution does.
+	for k := range 40 {
+		if err := s.SaveNodes(ctx, "e1", []*dag.NodeRecord{node(fmt.Sprintf("n%d", k), dag.NodeRunning)}); err != nil {
+			t.Fatalf("SaveNodes #%d: %v", k, err)
+		}
+	}
+	cp = load(t, s, "e1")
+	if len(cp.Nodes) != 43 {
+		t.Fatalf("Load: %d nodes, want 43", len(cp.Nodes))
+	}
+	checkNode(t, a3, cp.Nodes["a"])
+	checkNode(t, b2, cp.Nodes["b"])
+	checkNode(t, c2, cp.Nodes["c"])
+	checkNode(t, node("n39", dag.NodeRunning), cp.Nodes["n39"])
 }
 
 // created and updated are the times of the sample records; created has a
