@@ -38,6 +38,42 @@
 //		_, err = q.Complete(ctx, job.ID, job.LeaseToken, result)
 //	}
 //
+// # Needs and capabilities
+//
+// Besides user tags (Requires ⊆ LeaseParams.Tags), a job may carry Needs:
+// what a lessee must be able to run (the pool records a workflow's node
+// classes and the listed values it uses: checkpoint names, LoRAs, a custom
+// node's model list). A lessee declares what it can run as a
+// [Capabilities] set in LeaseParams.Has. Both are plain strings, so a
+// database can store them and evaluate the rule in a query. There are two
+// kinds of need:
+//
+//   - A value need, "value:<key>=<value>" ([ValueNeed]; key non-empty and
+//     without '='), is met when the set holds that exact string, or when
+//     the set holds no "list:<key>" ([ListCapability]): a lessee that does
+//     not restrict key's values accepts any value there.
+//   - Every other need is met only when the set holds that exact string.
+//
+// The first rule lets needs be computed without knowing any lessee: an
+// enqueuer (possibly a process that holds no backend) may record a value
+// need for every value that is restricted somewhere, and it restricts only
+// the lessees that do restrict that key. A job's Needs only ever name what
+// it truly needs; a lessee that learns more (the pool, when a backend
+// rejects a prompt for something missing) replaces them with
+// FailParams.Needs or RequeueParams.Needs.
+//
+// In SQL, with needs text[] on the job and a lessee's items stored once per
+// digest in caps(digest, item):
+//
+//	NOT EXISTS (SELECT 1 FROM unnest(job.needs) n
+//	  WHERE NOT EXISTS (SELECT 1 FROM caps WHERE digest = $1 AND item = n)
+//	    AND (n NOT LIKE 'value:%' OR EXISTS (SELECT 1 FROM caps WHERE digest = $1
+//	         AND item = 'list:' || split_part(substr(n, 7), '=', 1))))
+//
+// A set with a given [Capabilities.Digest] never changes, so a driver may
+// cache the answer per (distinct Needs, digest), as memqueue does per
+// bucket: a lease then costs no more for jobs with needs than without.
+//
 // # Event-driven dispatch and back-pressure
 //
 // A driver implementing [Notifier] signals through [Queue.Ready] whenever a

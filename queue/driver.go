@@ -11,8 +11,10 @@ import (
 // the closed state, and then calls the driver; so a driver may assume:
 //
 //   - IDs and tokens are non-empty; durations are positive where required;
-//   - EnqueueParams.MaxAttempts >= 1 and Requires and ExcludeBackends are
-//     sorted and deduplicated with no empty entry;
+//   - EnqueueParams.MaxAttempts >= 1 and Requires, Needs and
+//     ExcludeBackends are sorted and deduplicated with no empty entry;
+//     FailParams.Needs and RequeueParams.Needs likewise (nil: unchanged,
+//     empty non-nil: none);
 //   - LeaseParams.Workflows is nil (any) or non-empty and deduplicated,
 //     LeaseParams.Tags, ExcludeWorkflows and PreferWorkflows are sorted and
 //     deduplicated (nil when empty), Backend is non-empty;
@@ -26,11 +28,15 @@ import (
 //     in LeaseParams.PreferWorkflows, then oldest EnqueuedAt, then lowest
 //     enqueue sequence; eligible means queued (or retrying with AvailableAt
 //     <= now), Workflow in LeaseParams.Workflows (unless nil) and not in
-//     ExcludeWorkflows, Requires ⊆ Tags, and LeaseParams.Backend not in the
-//     job's ExcludeBackends. It returns (nil, nil) when none.
+//     ExcludeWorkflows, Requires ⊆ Tags, LeaseParams.Has meets every one of
+//     the job's Needs (nil Has: no filter; see "Needs and capabilities" in
+//     the package docs), and LeaseParams.Backend not in the job's
+//     ExcludeBackends. It returns (nil, nil) when none.
 //   - Fail with FailParams.ExcludeBackend adds the attempt's backend to the
 //     job's ExcludeBackends.
-//     Concurrent Lease calls never return the same job.
+//   - Fail and Requeue with non-nil Needs replace the job's Needs before
+//     it is leasable again.
+//   - Concurrent Lease calls never return the same job.
 //   - A lease whose LeaseExpiresAt has passed is void: the job counts an
 //     attempt (a lessee that vanished may have crashed on it) and is queued
 //     again (or dead when attempts are used up); the old token gets
@@ -59,8 +65,9 @@ type Driver interface {
 	// queued (RetryAfter == 0) or dead (attempts used up, or NoRetry).
 	Fail(ctx context.Context, id, token string, p *FailParams) (*Job, error)
 	// Requeue returns the leased job to the queue at once without counting
-	// an attempt.
-	Requeue(ctx context.Context, id, token string) (*Job, error)
+	// an attempt, replacing its Needs when p.Needs is not nil. p is never
+	// nil.
+	Requeue(ctx context.Context, id, token string, p *RequeueParams) (*Job, error)
 	// Cancel cancels a queued, retrying or leased job (voiding the lease).
 	// Cancelling a cancelled job returns it unchanged; a completed or dead
 	// job gives ErrInvalidState.

@@ -59,6 +59,10 @@ type Job struct {
 	// Requires lists capability tags a backend must declare (in
 	// LeaseParams.Tags) to lease the job. Sorted, without duplicates.
 	Requires []string
+	// Needs lists what a lessee must be able to run, matched against
+	// LeaseParams.Has (see "Needs and capabilities" in the package docs).
+	// Sorted, without duplicates.
+	Needs []string
 	// IdempotencyKey, if not empty, is unique among retained jobs.
 	IdempotencyKey string
 	// MaxAttempts is the number of counted attempts after which the job is
@@ -122,6 +126,7 @@ func (j *Job) Clone() *Job {
 	c.Payload = slices.Clone(j.Payload)
 	c.Metadata = maps.Clone(j.Metadata)
 	c.Requires = slices.Clone(j.Requires)
+	c.Needs = slices.Clone(j.Needs)
 	c.ExcludeBackends = slices.Clone(j.ExcludeBackends)
 	c.Errors = slices.Clone(j.Errors)
 	c.Result = slices.Clone(j.Result)
@@ -141,6 +146,11 @@ type EnqueueParams struct {
 	// Requires lists capability tags a backend must have. Empty tags are
 	// invalid; duplicates are removed and the list is sorted.
 	Requires []string
+	// Needs lists what a lessee must be able to run (see "Needs and
+	// capabilities" in the package docs), kept apart from the user's
+	// Requires. Empty needs are invalid; duplicates are removed and the
+	// list is sorted.
+	Needs []string
 	// IdempotencyKey, if not empty, makes Enqueue fail with a
 	// *DuplicateError while another retained job has the same key.
 	IdempotencyKey string
@@ -163,6 +173,10 @@ type LeaseParams struct {
 	// Tags are the backend's capabilities: a job is eligible only if its
 	// Requires is a subset of Tags.
 	Tags []string
+	// Has is what the backend can run: a job is eligible only if Has meets
+	// all its Needs (see Capabilities). Nil means no capability filter:
+	// every job's Needs are taken as met.
+	Has *Capabilities
 	// Duration of the lease; must be positive. The holder extends it with
 	// Extend before it runs out.
 	Duration time.Duration
@@ -192,6 +206,19 @@ type FailParams struct {
 	// ExcludeBackend adds the backend of the attempt (Backend, or the
 	// lease's) to the job's ExcludeBackends, so that a retry runs elsewhere.
 	ExcludeBackend bool
+	// Needs, when not nil, replaces the job's Needs (normalised as
+	// EnqueueParams.Needs): the lessee learned that the job needs more
+	// than was recorded. Nil keeps them.
+	Needs []string
+}
+
+// RequeueParams describes how a leased job is given back without counting
+// an attempt.
+type RequeueParams struct {
+	// Needs, when not nil, replaces the job's Needs (normalised as
+	// EnqueueParams.Needs), so that the job goes to a lessee that has what
+	// this one lacked. Nil keeps them.
+	Needs []string
 }
 
 // Stats is a snapshot of a queue's counters.

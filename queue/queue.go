@@ -50,11 +50,31 @@ func normalizeEnqueue(p EnqueueParams) (*EnqueueParams, error) {
 		return nil, invalidf("EnqueueParams.Requires cannot contain an empty tag")
 	}
 	p.Requires = sortedSet(p.Requires)
+	needs, err := normalizeNeeds(p.Needs, "EnqueueParams.Needs")
+	if err != nil {
+		return nil, err
+	}
+	p.Needs = needs
 	if slices.Contains(p.ExcludeBackends, "") {
 		return nil, invalidf("EnqueueParams.ExcludeBackends cannot contain an empty name")
 	}
 	p.ExcludeBackends = sortedSet(p.ExcludeBackends)
 	return &p, nil
+}
+
+// normalizeNeeds returns needs sorted and deduplicated; nil stays nil and
+// an empty non-nil slice stays empty and non-nil (for "replace with none").
+func normalizeNeeds(needs []string, field string) ([]string, error) {
+	if slices.Contains(needs, "") {
+		return nil, invalidf("%s cannot contain an empty need", field)
+	}
+	if needs == nil {
+		return nil, nil
+	}
+	if len(needs) == 0 {
+		return []string{}, nil
+	}
+	return sortedSet(needs), nil
 }
 
 func sortedSet(s []string) []string {
@@ -115,9 +135,9 @@ func (q *Queue) EnqueueWait(ctx context.Context, p EnqueueParams) (*Job, error) 
 // Lease leases the best job the backend may run (highest priority, then
 // membership in p.PreferWorkflows, then oldest, among jobs whose Workflow is
 // in p.Workflows (nil: any) and not in p.ExcludeWorkflows, whose Requires ⊆
-// p.Tags and whose ExcludeBackends does not name p.Backend), or returns
-// nil, nil when there is none. It does not
-// wait: use [Queue.Ready] to learn when to try again.
+// p.Tags, whose Needs p.Has meets and whose ExcludeBackends does not name
+// p.Backend), or returns nil, nil when there is none. It does not wait: use
+// [Queue.Ready] to learn when to try again.
 func (q *Queue) Lease(ctx context.Context, p LeaseParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
@@ -190,6 +210,11 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job,
 	if p.RetryAfter < 0 {
 		return nil, invalidf("FailParams.RetryAfter cannot be negative")
 	}
+	needs, err := normalizeNeeds(p.Needs, "FailParams.Needs")
+	if err != nil {
+		return nil, err
+	}
+	p.Needs = needs
 	return q.d.Fail(ctx, id, token, &p)
 }
 
@@ -197,13 +222,27 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job,
 // vanished, the pool is stopping): it is queued at once with its priority and
 // original age. It returns ErrLeaseLost if the lease is no longer held.
 func (q *Queue) Requeue(ctx context.Context, id, token string) (*Job, error) {
+	return q.RequeueWith(ctx, id, token, RequeueParams{})
+}
+
+// RequeueWith is Requeue with parameters: RequeueParams.Needs replaces the
+// job's Needs, so that it goes back to the queue for a lessee that has
+// what this one lacked (the pool does this when a backend rejects a
+// prompt for a node or model it does not have, and no other backend may
+// run the job either).
+func (q *Queue) RequeueWith(ctx context.Context, id, token string, p RequeueParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
 	}
 	if err := checkIDToken(id, token); err != nil {
 		return nil, err
 	}
-	return q.d.Requeue(ctx, id, token)
+	needs, err := normalizeNeeds(p.Needs, "RequeueParams.Needs")
+	if err != nil {
+		return nil, err
+	}
+	p.Needs = needs
+	return q.d.Requeue(ctx, id, token, &p)
 }
 
 // Cancel cancels a queued, retrying or leased job. A leased job's lease is

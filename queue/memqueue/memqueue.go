@@ -85,14 +85,41 @@ type entry struct {
 	retained *list.Element
 }
 
-// bucket holds the queued jobs of one (Workflow, Requires, ExcludeBackends)
-// combination, in lease order. Lease looks only at bucket heads.
+// bucket holds the queued jobs of one (Workflow, Requires, Needs,
+// ExcludeBackends) combination, in lease order. Lease looks only at bucket
+// heads.
 type bucket struct {
 	workflow string
 	key      string
 	requires []string
+	needs    []string
 	excludes []string
 	h        ixheap
+	// meets caches whether a capability set (by digest) meets needs: a
+	// set's content never changes under its digest.
+	meets map[string]bool
+}
+
+// maxMeetsCache bounds bucket.meets; a full cache is cleared (capability
+// sets change when backends reconnect, so old digests pile up).
+const maxMeetsCache = 64
+
+// meetsNeeds reports whether has meets the bucket's needs, from the cache
+// when it can.
+func (b *bucket) meetsNeeds(has *queue.Capabilities) bool {
+	if len(b.needs) == 0 || has == nil {
+		return true
+	}
+	d := has.Digest()
+	if ok, hit := b.meets[d]; hit {
+		return ok
+	}
+	ok := has.MeetsAll(b.needs)
+	if b.meets == nil || len(b.meets) >= maxMeetsCache {
+		b.meets = make(map[string]bool)
+	}
+	b.meets[d] = ok
+	return ok
 }
 
 func readyLess(a, b *entry) bool {
@@ -128,8 +155,10 @@ func leaseLess(a, b *entry) bool {
 
 // Queue is the in-memory [queue.Driver]. Enqueue and Lease are O(log n) in
 // the number of queued jobs plus O(b) in the number of distinct
-// (Workflow, Requires) combinations among queued jobs (Lease compares only the
-// head of each such bucket the backend accepts). It implements
+// (Workflow, Requires, Needs, ExcludeBackends) combinations among queued
+// jobs (Lease compares only the head of each such bucket the backend
+// accepts; whether a capability set meets a bucket's Needs is computed once
+// per set digest and cached). It implements
 // [queue.Notifier] and [queue.SpaceNotifier] with one time.AfterFunc timer set
 // for the next retry or lease expiry; Close stops it.
 //
@@ -314,7 +343,8 @@ func (q *Queue) onTimer() {
 }
 
 func (q *Queue) bucketFor(e *entry) *bucket {
-	key := strings.Join(e.job.Requires, "\x00") + "\x01" + strings.Join(e.job.ExcludeBackends, "\x00")
+	key := strings.Join(e.job.Requires, "\x00") + "\x01" + strings.Join(e.job.ExcludeBackends, "\x00") +
+		"\x01" + strings.Join(e.job.Needs, "\x00")
 	m := q.buckets[e.job.Workflow]
 	if m == nil {
 		m = make(map[string]*bucket)
@@ -322,7 +352,7 @@ func (q *Queue) bucketFor(e *entry) *bucket {
 	}
 	b := m[key]
 	if b == nil {
-		b = &bucket{workflow: e.job.Workflow, key: key, requires: e.job.Requires, excludes: e.job.ExcludeBackends}
+		b = &bucket{workflow: e.job.Workflow, key: key, requires: e.job.Requires, needs: e.job.Needs, excludes: e.job.ExcludeBackends}
 		b.h = ixheap{less: readyLess, slot: func(e *entry) *int { return &e.readyIdx }}
 		m[key] = b
 	}
@@ -417,6 +447,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 		Metadata:        maps.Clone(p.Metadata),
 		Workflow:        p.Workflow,
 		Requires:        slices.Clone(p.Requires),
+		Needs:           slices.Clone(p.Needs),
 		ExcludeBackends: slices.Clone(p.ExcludeBackends),
 		IdempotencyKey:  p.IdempotencyKey,
 		MaxAttempts:     max(p.MaxAttempts, 1),
@@ -438,7 +469,7 @@ func accepts(b *bucket, p *queue.LeaseParams) bool {
 			return false
 		}
 	}
-	return !slices.Contains(b.excludes, p.Backend)
+	return !slices.Contains(b.excludes, p.Backend) && b.meetsNeeds(p.Has)
 }
 
 // Lease implements [queue.Driver].
@@ -568,6 +599,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		e.job.ExcludeBackends = append(slices.Clone(e.job.ExcludeBackends), backend)
 		slices.Sort(e.job.ExcludeBackends)
 	}
+	setNeeds(e, p.Needs)
 	switch {
 	case p.NoRetry || e.job.Attempts >= e.job.MaxAttempts:
 		q.finish(e, queue.StateDead, now)
@@ -584,8 +616,20 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 	return e.job.Clone(), nil
 }
 
+// setNeeds replaces e's Needs when needs is not nil. e is in no bucket.
+func setNeeds(e *entry, needs []string) {
+	if needs == nil {
+		return
+	}
+	if len(needs) == 0 {
+		e.job.Needs = nil
+		return
+	}
+	e.job.Needs = slices.Clone(needs)
+}
+
 // Requeue implements [queue.Driver].
-func (q *Queue) Requeue(ctx context.Context, id, token string) (*queue.Job, error) {
+func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueParams) (*queue.Job, error) {
 	now, err := q.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -597,6 +641,7 @@ func (q *Queue) Requeue(ctx context.Context, id, token string) (*queue.Job, erro
 	}
 	q.leased.remove(e)
 	q.clearLease(e)
+	setNeeds(e, p.Needs)
 	e.job.AvailableAt = now
 	q.makeQueued(e)
 	return e.job.Clone(), nil

@@ -99,7 +99,8 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 }
 
 // RunConformanceTests runs the driver conformance suite: ordering by priority
-// then age, Workflows/Tags filtering, lease tokens and expiry, heartbeats,
+// then age, Workflows/Tags filtering, Needs against capabilities (and their
+// replacement by Fail and Requeue), lease tokens and expiry, heartbeats,
 // attempts, retry delays, dead-lettering, requeue, cancel, idempotency keys,
 // concurrent lessees, stats, argument validation and Close. Every driver
 // runs it from one file (conformance_test.go).
@@ -145,6 +146,10 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	run("ExcludeWorkflows", false, testExcludeWorkflows)
 	run("PreferWorkflows", false, testPreferWorkflows)
 	run("ExcludeBackends", false, testExcludeBackends)
+	run("NeedsStored", false, testNeedsStored)
+	run("NeedsFilter", false, testNeedsFilter)
+	run("NeedsOrder", false, testNeedsOrder)
+	run("NeedsReplaced", false, testNeedsReplaced)
 	run("Validation", false, testValidation)
 	run("ContextDone", false, testContextDone)
 	run("Closed", false, testClosed)
