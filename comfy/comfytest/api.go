@@ -13,6 +13,17 @@ type Options struct {
 	// Nodes adds or overrides node classes by class_type; merged over the
 	// built-in registry (see Builtins).
 	Nodes map[string]NodeBehavior
+	// Without removes node classes from the registry (built-in or from
+	// Nodes): a server lacking a custom node, or CheckpointLoaderSimple.
+	Without []string
+	// Models are the model files per folder ("checkpoints", "loras",
+	// "vae", ...), merged over the defaults: checkpoints CheckpointNames,
+	// loras and vae empty. They are the allowed values of the built-in
+	// loaders (CheckpointLoaderSimple's ckpt_name, LoraLoader's lora_name,
+	// VAELoader's vae_name) unless Nodes overrides that class, and what
+	// GET /models and /models/{folder} list. Server.SetModels changes
+	// them at run time.
+	Models map[string][]string
 	// Dialect selects older or newer protocol behaviours. The zero value is
 	// ComfyUI 0.3.64 as in the golden transcripts.
 	Dialect Dialect
@@ -107,8 +118,12 @@ type InputSpec struct {
 	Required bool   // false: listed under "optional" in /object_info
 	Min, Max *float64
 	Options  []string // COMBO choices
-	Default  any      // default value shown in /object_info (optional)
-	Step     *float64 // step shown in /object_info (optional)
+	// Upload marks a COMBO of uploadable files ("image", "video", "audio"
+	// or "file"): /object_info flags it as ComfyUI does ("image_upload":
+	// true), as for LoadImage's image, whose value need not be listed.
+	Upload  string
+	Default any      // default value shown in /object_info (optional)
+	Step    *float64 // step shown in /object_info (optional)
 }
 
 // Failure describes a runtime node failure reported as execution_error.

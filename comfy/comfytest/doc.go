@@ -10,9 +10,12 @@
 // error envelopes, history, queue, uploads with renaming and /view. Node
 // classes come from a built-in registry of model-free core nodes (see
 // Builtins) plus the fake FakeSampler (progress and preview frames) and
-// CheckpointLoaderSimple (model-load delay); tests can add or override
-// classes with Options.Nodes. Dialect switches older and newer protocol
-// behaviours.
+// CheckpointLoaderSimple (model-load delay), LoraLoader and VAELoader;
+// tests can add or override classes with Options.Nodes, remove them with
+// Options.Without, and give each server its own model files with
+// Options.Models (the loaders' allowed values, as /object_info lists them).
+// SetModels and SetNodes change them at run time (a model deleted, a custom
+// node removed). Dialect switches older and newer protocol behaviours.
 //
 // A test of code that talks to ComfyUI:
 //

@@ -15,7 +15,8 @@ type task struct {
 	number    float64
 	numJSON   any // int or pyFloat, as the server echoes it
 	id        string
-	prompt    omap // coerced graph
+	prompt    omap                // coerced graph
+	nodes     map[string]*nodeDef // the registry it was validated against
 	extra     omap
 	outputs   []string
 	clientID  string
@@ -424,7 +425,7 @@ func (r *run) runList() (runResult, omap) {
 	}
 	isOutput := func(id string) bool {
 		node, _ := t.prompt.get(id)
-		d := s.nodes[nodeClass(node)]
+		d := t.nodes[nodeClass(node)]
 		return d != nil && d.OutputNode
 	}
 	pick := func(ready []string) string {
@@ -544,7 +545,7 @@ func (r *run) runNode(id string) (runResult, omap) {
 	s, t := r.s, r.t
 	node, _ := t.prompt.get(id)
 	class := nodeClass(node)
-	d := s.nodes[class]
+	d := t.nodes[class]
 	sig := r.sigs[id]
 
 	s.mu.Lock()

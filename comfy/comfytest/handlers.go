@@ -134,8 +134,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	case p == "/object_info":
 		if methodOK(get) {
 			out := omap{}
-			for _, name := range sortedKeys(s.nodes) {
-				out = append(out, kv{name, s.nodes[name].objectInfo(name)})
+			nodes := s.registry()
+			for _, name := range sortedKeys(nodes) {
+				out = append(out, kv{name, nodes[name].objectInfo(name)})
 			}
 			writeJSON(w, 200, out)
 		}
@@ -143,7 +144,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		if methodOK(get) {
 			name := strings.TrimPrefix(p, "/object_info/")
 			out := omap{}
-			if d, ok := s.nodes[name]; ok {
+			if d, ok := s.registry()[name]; ok {
 				out = omap{{name, d.objectInfo(name)}}
 			}
 			writeJSON(w, 200, out)
@@ -160,16 +161,19 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/models":
 		if methodOK(get) {
-			writeJSON(w, 200, []any{"checkpoints", "loras", "vae"})
+			s.mu.Lock()
+			folders := sortedKeys(s.models)
+			s.mu.Unlock()
+			writeJSON(w, 200, stringsAny(folders))
 		}
 	case strings.HasPrefix(p, "/models/"):
 		if methodOK(get) {
-			switch strings.TrimPrefix(p, "/models/") {
-			case "checkpoints":
-				writeJSON(w, 200, stringsAny(CheckpointNames))
-			case "loras", "vae":
-				writeJSON(w, 200, []any{})
-			default:
+			s.mu.Lock()
+			files, ok := s.models[strings.TrimPrefix(p, "/models/")]
+			s.mu.Unlock()
+			if ok {
+				writeJSON(w, 200, stringsAny(files))
+			} else {
 				plainStatus(w, http.StatusNotFound)
 			}
 		}
@@ -307,14 +311,15 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	prompt = deepCopy(prompt).(omap)
-	apiErr, good, nodeErrors := s.validatePrompt(prompt, partial)
+	nodes := s.registry()
+	apiErr, good, nodeErrors := s.validatePrompt(nodes, prompt, partial)
 	if apiErr != nil {
 		s.recordPrompt(rec, promptID, 400)
 		writeJSON(w, 400, omap{{"error", apiErr}, {"node_errors", nodeErrors}})
 		return
 	}
 	cidStr, _ := cid.(string)
-	t := &task{number: number, numJSON: numJSON, id: promptID, prompt: prompt, extra: extra, outputs: good,
+	t := &task{number: number, numJSON: numJSON, id: promptID, prompt: prompt, nodes: nodes, extra: extra, outputs: good,
 		clientID: cidStr, hasClient: hasCID && cid != nil}
 	s.mu.Lock()
 	rec.Status = 200

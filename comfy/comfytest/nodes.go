@@ -66,8 +66,31 @@ func Builtins() map[string]NodeBehavior {
 	return out
 }
 
-// CheckpointNames are the fake model files CheckpointLoaderSimple accepts.
+// CheckpointNames are the fake model files CheckpointLoaderSimple accepts
+// by default (the "checkpoints" folder of Options.Models).
 var CheckpointNames = []string{"fake_sd15.safetensors", "fake_sdxl.safetensors", "fake_flux_dev.safetensors"}
+
+// modelLoaders maps built-in loader classes to their model input and the
+// folder (of Options.Models) that lists its values.
+var modelLoaders = map[string]struct{ input, folder string }{
+	"CheckpointLoaderSimple": {"ckpt_name", "checkpoints"},
+	"LoraLoader":             {"lora_name", "loras"},
+	"VAELoader":              {"vae_name", "vae"},
+}
+
+// defaultModels returns the default Options.Models.
+func defaultModels() map[string][]string {
+	return map[string][]string{"checkpoints": CheckpointNames, "loras": {}, "vae": {}}
+}
+
+// mergeModels returns the defaults with user's folders replacing theirs.
+func mergeModels(user map[string][]string) map[string][]string {
+	m := defaultModels()
+	for k, v := range user {
+		m[k] = append([]string{}, v...)
+	}
+	return m
+}
 
 func firstImage(in map[string]any, names ...string) *imgVal {
 	for _, n := range names {
@@ -195,7 +218,7 @@ func builtinDefs() map[string]*nodeDef {
 			},
 		},
 		"LoadImage": {
-			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "image", Type: "COMBO", Required: true}}, Outputs: []string{"IMAGE", "MASK"}},
+			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "image", Type: "COMBO", Required: true, Upload: "image"}}, Outputs: []string{"IMAGE", "MASK"}},
 			displayName:  "Load Image", category: "image", module: "nodes",
 			validatedKeys: []string{"image"},
 			validate: func(s *Server, in map[string]any) (string, string) {
@@ -252,6 +275,18 @@ func builtinDefs() map[string]*nodeDef {
 				return []any{"MODEL:" + pyStr(name), "CLIP:" + pyStr(name), "VAE:" + pyStr(name)}, nil
 			},
 		},
+		"LoraLoader": {
+			NodeBehavior: NodeBehavior{Inputs: []InputSpec{linkIn("model", "MODEL"), linkIn("clip", "CLIP"), comboIn("lora_name"),
+				{Name: "strength_model", Type: "FLOAT", Required: true, Default: pyFloat(1), Min: f64(-100), Max: f64(100), Step: f64(0.01)},
+				{Name: "strength_clip", Type: "FLOAT", Required: true, Default: pyFloat(1), Min: f64(-100), Max: f64(100), Step: f64(0.01)}},
+				Outputs: []string{"MODEL", "CLIP"}},
+			displayName: "Load LoRA", category: "loaders", module: "nodes",
+		},
+		"VAELoader": {
+			NodeBehavior: NodeBehavior{Inputs: []InputSpec{comboIn("vae_name")}, Outputs: []string{"VAE"}},
+			displayName:  "Load VAE", category: "loaders", module: "nodes",
+			run: func(in map[string]any) ([]any, *Failure) { return []any{"VAE:" + pyStr(in["vae_name"])}, nil },
+		},
 		"FakeSampler": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{
 				intIn("seed", 0, 0, 18446744073709551615, false),
@@ -270,15 +305,26 @@ func builtinDefs() map[string]*nodeDef {
 	return defs
 }
 
-// registry merges user nodes over the built-ins.
-func buildRegistry(user map[string]NodeBehavior) map[string]*nodeDef {
+// buildRegistry merges user nodes over the built-ins (whose loaders list
+// models), then removes the classes in without.
+func buildRegistry(user map[string]NodeBehavior, without []string, models map[string][]string) map[string]*nodeDef {
 	defs := builtinDefs()
+	for class, l := range modelLoaders {
+		for i, in := range defs[class].Inputs {
+			if in.Name == l.input {
+				defs[class].Inputs[i].Options = append([]string{}, models[l.folder]...)
+			}
+		}
+	}
 	for name, b := range user {
 		if d, ok := defs[name]; ok {
 			d.NodeBehavior = b
 			continue
 		}
 		defs[name] = &nodeDef{NodeBehavior: b, displayName: name, category: "comfytest", module: "custom_nodes.comfytest"}
+	}
+	for _, name := range without {
+		delete(defs, name)
 	}
 	return defs
 }
@@ -373,8 +419,14 @@ func (d *nodeDef) objectInfo(name string) omap {
 		switch {
 		case in.Type == "COMBO" && d.v3:
 			cfg = append(omap{{"options", stringsAny(in.Options)}}, cfg...)
+			if in.Upload != "" {
+				cfg = append(cfg, kv{in.Upload + "_upload", true})
+			}
 			spec = []any{"COMBO", cfg}
 		case in.Type == "COMBO":
+			if in.Upload != "" {
+				cfg = append(cfg, kv{in.Upload + "_upload", true})
+			}
 			spec = []any{stringsAny(in.Options), cfg}
 		default:
 			spec = []any{in.Type, cfg}

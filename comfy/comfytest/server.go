@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,7 +24,7 @@ type Server struct {
 
 	opts     Options
 	log      *slog.Logger
-	nodes    map[string]*nodeDef
+	nodes    atomic.Pointer[map[string]*nodeDef] // the registry; replaced by SetModels and SetNodes
 	inMemory bool
 
 	listener net.Listener
@@ -78,6 +79,11 @@ type Server struct {
 	vramFree         int64 // SetVRAMFree; 0 = the default
 	ignoreInterrupts bool
 
+	// registry inputs (SetModels, SetNodes)
+	models  map[string][]string
+	user    map[string]NodeBehavior
+	without []string
+
 	// recording
 	prompts    []ReceivedPrompt
 	requests   []Request
@@ -126,6 +132,8 @@ func newServer(opts *Options, inMemory bool) *Server {
 		for k, v := range opts.Nodes {
 			o.Nodes[k] = v
 		}
+		o.Without = append([]string(nil), opts.Without...)
+		o.Models = nil // copied into s.models below
 	}
 	if o.HistoryDelay < 0 {
 		o.HistoryDelay = 0
@@ -137,7 +145,9 @@ func newServer(opts *Options, inMemory bool) *Server {
 	s := &Server{
 		opts:         o,
 		log:          lg,
-		nodes:        buildRegistry(o.Nodes),
+		models:       mergeModels(modelsOf(opts)),
+		user:         o.Nodes,
+		without:      o.Without,
 		inMemory:     inMemory,
 		files:        map[fileKey][]byte{},
 		saveCounters: map[string]int{},
@@ -146,6 +156,7 @@ func newServer(opts *Options, inMemory bool) *Server {
 		sockets:      map[string]*wsConn{},
 		allConns:     map[*wsConn]struct{}{},
 	}
+	s.rebuildLocked()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ErrorLog: slog.NewLogLogger(lg.Handler(), slog.LevelDebug)}
 	if inMemory {
@@ -318,6 +329,55 @@ func (s *Server) SetAnswerDelay(d time.Duration) {
 	s.mu.Lock()
 	s.answerDelay = d
 	s.mu.Unlock()
+}
+
+func modelsOf(o *Options) map[string][]string {
+	if o == nil {
+		return nil
+	}
+	return o.Models
+}
+
+// registry returns the current node registry (immutable; replaced whole).
+func (s *Server) registry() map[string]*nodeDef { return *s.nodes.Load() }
+
+// rebuildLocked installs a registry built from the current inputs. Caller
+// holds s.mu (or has the server to itself).
+func (s *Server) rebuildLocked() {
+	r := buildRegistry(s.user, s.without, s.models)
+	s.nodes.Store(&r)
+}
+
+// SetModels replaces the model files of one folder (see Options.Models),
+// as when files are added to or deleted from the server's models
+// directory: /object_info and /models answer the new list at once, and new
+// prompts are validated against it. A nil files removes the folder from
+// /models (its loader then lists nothing). Prompts already queued keep the
+// list they were validated with.
+func (s *Server) SetModels(folder string, files []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if files == nil {
+		delete(s.models, folder)
+	} else {
+		s.models[folder] = append([]string{}, files...)
+	}
+	s.rebuildLocked()
+}
+
+// SetNodes replaces Options.Nodes and Options.Without, as when custom
+// nodes are installed or removed and the server restarted (call Restart
+// too for that). The registry is rebuilt from the built-ins at once.
+// nodes is copied.
+func (s *Server) SetNodes(nodes map[string]NodeBehavior, without []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.user = make(map[string]NodeBehavior, len(nodes))
+	for k, v := range nodes {
+		s.user[k] = v
+	}
+	s.without = append([]string(nil), without...)
+	s.rebuildLocked()
 }
 
 // SetVRAMFree sets the free VRAM, in bytes, that GET /system_stats reports

@@ -35,6 +35,7 @@ func missingNodeType(id string, node omap, classType any, what string) omap {
 
 type validator struct {
 	s         *Server
+	nodes     map[string]*nodeDef // the registry the prompt is validated against
 	prompt    omap
 	validated map[string]*vresult
 }
@@ -47,7 +48,7 @@ type vresult struct {
 // validatePrompt mirrors execution.validate_prompt. It coerces widget values
 // in place. It returns the top-level error (nil when at least one output is
 // valid), the good outputs and node_errors.
-func (s *Server) validatePrompt(prompt omap, partial []string) (omap, []string, omap) {
+func (s *Server) validatePrompt(nodes map[string]*nodeDef, prompt omap, partial []string) (omap, []string, omap) {
 	var outputs []string
 	for _, e := range prompt {
 		m, isObj := e.V.(omap)
@@ -59,7 +60,7 @@ func (s *Server) validatePrompt(prompt omap, partial []string) (omap, []string, 
 			return apiError("invalid_prompt", "Cannot execute because a node is missing the class_type property.", fmt.Sprintf("Node ID '#%s'", e.K), nil), nil, omap{}
 		}
 		class, _ := ct.(string)
-		d := s.nodes[class]
+		d := nodes[class]
 		if d == nil {
 			if s.opts.Dialect.MissingNodeType {
 				return missingNodeType(e.K, m, ct, "not found. The custom node may not be installed."), nil, omap{}
@@ -73,7 +74,7 @@ func (s *Server) validatePrompt(prompt omap, partial []string) (omap, []string, 
 	if len(outputs) == 0 {
 		return apiError("prompt_no_outputs", "Prompt has no outputs", "", nil), nil, omap{}
 	}
-	v := &validator{s: s, prompt: prompt, validated: map[string]*vresult{}}
+	v := &validator{s: s, nodes: nodes, prompt: prompt, validated: map[string]*vresult{}}
 	var good []string
 	var errLines []string
 	nodeErrors := omap{}
@@ -130,7 +131,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 				"  File \"<comfyui>/execution.py\", line 1010, in validate_prompt\n    m = await validate_inputs(prompt_id, prompt, o, validated)\n        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
 				"  File \"<comfyui>/execution.py\", line 788, in validate_inputs\n    o_class_type = prompt[o_id]['class_type']\n                   ~~~~~~^^^^^^\n"}}})
 	}
-	d := v.s.nodes[nodeClass(node)]
+	d := v.nodes[nodeClass(node)]
 	inputs := nodeInputs(node)
 	if inputs == nil {
 		inputs = omap{}
@@ -184,7 +185,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 				_, ex := v.validateNode(src, depth+1)
 				return false, ex
 			}
-			sd := v.s.nodes[nodeClass(srcNode)]
+			sd := v.nodes[nodeClass(srcNode)]
 			if sd.Outputs != nil {
 				if slot < 0 || slot >= len(sd.Outputs) {
 					return false, apiError("exception_during_validation", "Exception when validating node", "tuple index out of range",
