@@ -211,7 +211,8 @@ type NodeInputs struct {
 // ComboOptions returns the allowed values of a combo input (for example
 // the checkpoint names of ckpt_name), or nil when input is not a combo. It
 // accepts both spec shapes: legacy [["a", "b"], {...}] and the 2025 V3
-// ["COMBO", {"options": ["a", "b"], ...}].
+// ["COMBO", {"options": ["a", "b"], ...}]. Numbers and booleans among the
+// options are given as Go prints them ("512", "1.5", "true").
 func (n NodeInfo) ComboOptions(input string) []string {
 	spec, ok := n.Input.Required[input]
 	if !ok {
@@ -224,9 +225,9 @@ func (n NodeInfo) ComboOptions(input string) []string {
 	if json.Unmarshal(spec, &parts) != nil || len(parts) == 0 {
 		return nil
 	}
-	var opts []string
-	if json.Unmarshal(parts[0], &opts) == nil {
-		return nonNil(opts)
+	var opts []any
+	if json.Unmarshal(parts[0], &opts) == nil && opts != nil {
+		return comboStrings(opts)
 	}
 	var typ string
 	if json.Unmarshal(parts[0], &typ) != nil || typ != "COMBO" || len(parts) < 2 {
@@ -238,8 +239,14 @@ func (n NodeInfo) ComboOptions(input string) []string {
 	if json.Unmarshal(parts[1], &cfg) != nil {
 		return nil
 	}
-	out := make([]string, 0, len(cfg.Options))
-	for _, o := range cfg.Options {
+	return comboStrings(cfg.Options)
+}
+
+// comboStrings returns a combo's options as strings: numbers and booleans
+// as Go prints them (512, 1.5, true); other values are dropped.
+func comboStrings(opts []any) []string {
+	out := make([]string, 0, len(opts))
+	for _, o := range opts {
 		switch o := o.(type) {
 		case string:
 			out = append(out, o)
@@ -248,13 +255,6 @@ func (n NodeInfo) ComboOptions(input string) []string {
 		}
 	}
 	return out
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // ObjectInfo returns the node classes the server knows (GET /object_info),
