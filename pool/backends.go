@@ -29,6 +29,8 @@ type backend struct {
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
 
+	caps backendCaps // capabilities.go
+
 	// Guarded by Pool.mu.
 	inflight   int       // slots taken: running jobs, and a lease in progress
 	leasing    int       // of inflight, the lease in progress (not a prompt)
@@ -68,7 +70,7 @@ func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
 		return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
 	}
 	b := &backend{cfg: bc, client: cl, index: index, stop: make(chan struct{}), idle: make(chan struct{}),
-		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name))}
+		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name)), caps: newBackendCaps(p.cfg.Capabilities.Disable)}
 	b.ctx, b.cancel = context.WithCancelCause(p.hardCtx)
 	if bc.Workflows != nil {
 		for _, s := range bc.Workflows {
@@ -162,6 +164,7 @@ func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
 		return err
 	}
 	p.setListLocked(append(slices.Clone(p.list()), b))
+	p.markCapsChangedLocked() // capabilities.go: waiting jobs have a new candidate
 	if p.started {
 		p.wg.Go(func() { p.watch(b) })
 	}
@@ -237,6 +240,7 @@ func (p *Pool) removeLocked(b *backend) {
 	b.removed, b.draining = true, true
 	close(b.stop)
 	p.setListLocked(slices.DeleteFunc(slices.Clone(p.list()), func(o *backend) bool { return o == b }))
+	p.dropCapsLocked(b) // capabilities.go
 	p.idleLocked(b)
 }
 

@@ -116,6 +116,10 @@ type Config struct {
 	// Enqueue, then exactly one Consume or Refund (see Accounting).
 	Accounting Accounting
 
+	// Capabilities configures routing by what each backend can run (its
+	// node classes and listed values, from /object_info). On by default.
+	Capabilities CapabilitiesConfig
+
 	// MaxDownloadBytes bounds the output bytes a job run with
 	// EnqueueOpts.DownloadOutputs may download; more fails the job with an
 	// *OutputTooLargeError. Defaults to DefaultMaxDownloadBytes (256 MiB).
@@ -191,6 +195,7 @@ func (c *Config) withDefaults() Config {
 	if d.Policy == nil {
 		d.Policy = WarmAffinity{}
 	}
+	d.Capabilities.OpenInputs = slices.Clone(c.Capabilities.OpenInputs)
 	if c.Failover != nil {
 		f := *c.Failover
 		d.Failover = &f
@@ -248,5 +253,5 @@ func (c *Config) validate() error {
 	case c.MaxDownloadBytes < 0:
 		return errors.New("pool: MaxDownloadBytes cannot be negative")
 	}
-	return nil
+	return c.Capabilities.validate()
 }

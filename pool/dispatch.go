@@ -29,6 +29,7 @@ func (p *Pool) dispatchLoop() {
 		poll = t.C
 	}
 	for {
+		p.recheck() // capabilities.go: re-evaluate waiting jobs after capability changes
 		p.dispatch()
 		select {
 		case <-ready:
@@ -67,8 +68,10 @@ func (p *Pool) dispatch() {
 		// is never taken under the Pool's.
 		list := p.list()
 		connected := make([]bool, len(list))
+		serverQueue := make([]int, len(list))
 		for i, b := range list {
 			connected[i] = b.client.State() == comfy.StateConnected
+			serverQueue[i], _ = b.client.LastQueueRemaining()
 		}
 		p.mu.Lock()
 		now := time.Now()
@@ -94,13 +97,14 @@ func (p *Pool) dispatch() {
 		var cands []Candidate
 		byName := map[string]*backend{}
 		for i, b := range list {
-			if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) {
+			if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready {
 				continue
 			}
 			_, pending := p.workflows[b.last]
 			cands = append(cands, Candidate{
 				Name: b.cfg.Name, Index: b.index, InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight,
 				Last: b.last, LastPending: b.last != "" && pending,
+				ServerQueue: serverQueue[i], VRAMFree: b.caps.vram,
 			})
 			byName[b.cfg.Name] = b
 		}
@@ -172,9 +176,10 @@ func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bo
 	}
 	b.inflight++ // reserved while leasing: MaxInFlight holds
 	b.leasing++
+	has := b.caps.set
 	p.mu.Unlock()
 	lp := queue.LeaseParams{
-		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags,
+		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags, Has: has,
 		Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl, PreferWorkflows: prefer,
 	}
 	qj, err := p.q.Lease(p.hardCtx, lp)
@@ -229,6 +234,7 @@ func (p *Pool) freeLocked(sl *slot) bool {
 	sl.freed = true
 	sl.b.inflight--
 	p.idleLocked(sl.b)
+	kick(sl.b.caps.kickVRAM) // capabilities.go: a prompt ended, its free VRAM changed
 	return true
 }
 
@@ -286,6 +292,11 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 	if js.cancelled || js.terminal {
 		p.mu.Unlock()
 		p.settleCancelled(js, qj.LeaseToken)
+		return
+	}
+	if needs := p.unmetLocked(b, js); needs != nil { // capabilities.go: b lacks what the job needs
+		p.mu.Unlock()
+		p.reroute(b, js, qj.LeaseToken, needs)
 		return
 	}
 	now := time.Now()
@@ -525,6 +536,9 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 		js.requeued++
 		js.status, js.leased = StatusQueued, false
 		p.mu.Unlock()
+		return
+	}
+	if p.missingEverywhere(ctx, js, b, token, att, err) { // capabilities.go: runs nowhere, blocks no one
 		return
 	}
 	class := p.fo.RecordFailure(failover.Key{Backend: b.cfg.Name, Workflow: js.hash}, err)

@@ -25,10 +25,16 @@ const (
 	EventJobCompleted EventKind = "job:completed" // terminal; Event.Result
 	EventJobFailed    EventKind = "job:failed"    // terminal; Event.Err
 	EventJobCancelled EventKind = "job:cancelled" // terminal
+	// EventJobUnschedulable: no backend can run the job; Event.Err is the
+	// *UnschedulableError naming what is missing. The job waits.
+	EventJobUnschedulable EventKind = "job:unschedulable"
 
 	EventClientState             EventKind = "client:state"              // Event.State
 	EventClientBlockedWorkflow   EventKind = "client:blocked_workflow"   // Event.Failover
 	EventClientUnblockedWorkflow EventKind = "client:unblocked_workflow" // Event.Failover
+	// EventClientCapabilities: what the backend can run (its
+	// /object_info) became known or changed; see BackendStats.Capabilities.
+	EventClientCapabilities EventKind = "client:capabilities"
 
 	EventPoolReady   EventKind = "pool:ready"   // Start returned
 	EventPoolStopped EventKind = "pool:stopped" // Stop finished; channels close next
@@ -39,6 +45,7 @@ var knownKinds = map[EventKind]bool{
 	EventJobOutput: true, EventJobRetrying: true, EventJobCompleted: true, EventJobFailed: true,
 	EventJobCancelled: true, EventClientState: true, EventClientBlockedWorkflow: true,
 	EventClientUnblockedWorkflow: true, EventPoolReady: true, EventPoolStopped: true,
+	EventJobUnschedulable: true, EventClientCapabilities: true,
 }
 
 // Event is one event of the Pool. Kind says which payload field is set.
@@ -57,7 +64,8 @@ type Event struct {
 	Preview  *PreviewEvent
 	Output   *OutputEvent
 	Result   *Result
-	// Err is the failure of job:retrying and job:failed.
+	// Err is the failure of job:retrying and job:failed, and the
+	// *UnschedulableError of job:unschedulable.
 	Err error
 	// RetryAfter is the delay before the next attempt (job:retrying).
 	RetryAfter time.Duration

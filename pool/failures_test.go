@@ -93,14 +93,17 @@ func TestFailureNeverStarts(t *testing.T) {
 	t.Run("retried elsewhere", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, 2, nil, nil)
-			synctest.Wait() // both connected: gpu-0 is offered the job first
+			synctest.Wait() // both connected
 			release := occupy(t, b.servers[0])
 			defer release()
 			ch, _ := b.pool.Subscribe(append([]pool.EventKind{pool.EventJobRetrying}, terminalKinds...)...)
 			events := collect(ch)
 
 			start := time.Now()
-			id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Timeouts: pool.Timeouts{Start: 4 * time.Second}})
+			// gpu-0's queue is busy, so the Policy would pick gpu-1: the job
+			// prefers gpu-0 to be offered to it first.
+			id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{
+				Timeouts: pool.Timeouts{Start: 4 * time.Second}, PreferBackends: []string{"gpu-0"}})
 			require.NoError(t, err)
 			res, err := b.pool.Wait(t.Context(), id)
 			require.NoError(t, err)

@@ -47,6 +47,13 @@ type EnqueueOpts struct {
 	// Inputs are files uploaded to the backend of each attempt and patched
 	// into the workflow (see InputFile).
 	Inputs []InputFile
+	// RejectUnschedulable makes Enqueue fail with an *UnschedulableError
+	// (matching ErrUnschedulable) when no backend of the Pool can run the
+	// workflow (a node class or a listed value, such as a checkpoint, is
+	// on none), instead of keeping the job waiting, unschedulable, for a
+	// backend that has them. While some backend's capabilities are not
+	// known yet (just started or added), the job is accepted.
+	RejectUnschedulable bool
 	// DownloadOutputs makes the Pool download the job's output files
 	// before the job completes (Result.OutputFiles then holds their
 	// bytes), so that a backend that later forgets them loses nothing. The
@@ -109,6 +116,10 @@ type Status string
 // Job statuses.
 const (
 	StatusQueued    Status = "queued"    // waiting for a backend
+	// StatusUnschedulable: waiting, but no backend of the Pool can run the
+	// workflow (JobInfo.Unschedulable says what is missing); it runs as
+	// soon as a backend that has it joins or reconnects with it.
+	StatusUnschedulable Status = "unschedulable"
 	StatusRunning   Status = "running"   // submitted to a backend
 	StatusRetrying  Status = "retrying"  // an attempt failed; waiting for the next
 	StatusCompleted Status = "completed" // terminal
@@ -178,6 +189,9 @@ type JobInfo struct {
 	LastError error
 	// Reservation is what Accounting.Reserve returned for the job.
 	Reservation string
+	// Unschedulable says what no backend has, while Status is
+	// StatusUnschedulable; nil otherwise.
+	Unschedulable *UnschedulableError
 }
 
 type jobState struct {
@@ -212,6 +226,9 @@ type jobState struct {
 	accounted   bool         // that Consume/Refund was claimed
 	downloads   []OutputFile // eagerly downloaded outputs of the last attempt
 
+	needs   []string            // what it needs with the Pool's latest knowledge (capabilities.go)
+	unsched *UnschedulableError // set while status is StatusUnschedulable
+
 	result   *Result
 	err      error
 	done     chan struct{} // closed when terminal
@@ -231,7 +248,7 @@ func (js *jobState) info() *JobInfo {
 		Attempts: slices.Clone(js.attempts), MaxAttempts: js.maxAttempts,
 		Backend: js.backend, PromptID: js.promptID,
 		EnqueuedAt: js.enqueuedAt, StartedAt: js.startedAt, FinishedAt: js.finishedAt,
-		LastError: js.lastErr, Reservation: js.reservation,
+		LastError: js.lastErr, Reservation: js.reservation, Unschedulable: js.unsched,
 	}
 }
 

@@ -23,6 +23,14 @@ type Candidate struct {
 	// LastPending reports whether the Pool holds unfinished jobs of Last,
 	// that is whether the backend's warm models are wanted.
 	LastPending bool
+	// ServerQueue is the server's own queue (prompts pending or running,
+	// from every client: a server may be shared with other users) as of
+	// its last status message; 0 before one.
+	ServerQueue int
+	// VRAMFree is the free memory of the server's first device in bytes,
+	// from /system_stats (fetched on connect and after each prompt); 0
+	// when unknown.
+	VRAMFree int64
 }
 
 // Policy chooses among free backends. It fits the Pool's lease model: the
@@ -49,9 +57,14 @@ type Policy interface {
 
 // WarmAffinity is the default Policy. A backend prefers the workflow it ran
 // last (its models are loaded; a model load costs seconds to minutes on a
-// real GPU); backends whose warm workflow has jobs waiting lease first,
-// then the least loaded (InFlight/MaxInFlight), then in configuration
-// order.
+// real GPU). Free backends lease in this order:
+//
+//  1. those whose warm workflow has jobs waiting;
+//  2. the least loaded by the Pool (InFlight/MaxInFlight);
+//  3. the shortest server queue (ServerQueue: prompts of other users of a
+//     shared server wait there too);
+//  4. the most free VRAM (VRAMFree);
+//  5. configuration order (Index).
 type WarmAffinity struct{}
 
 // Order implements Policy.
@@ -64,10 +77,11 @@ func (WarmAffinity) Order(free []Candidate) {
 			return 1
 		}
 		// a.InFlight/a.MaxInFlight vs b.InFlight/b.MaxInFlight, exactly.
-		if c := cmp.Compare(a.InFlight*b.MaxInFlight, b.InFlight*a.MaxInFlight); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Index, b.Index)
+		return cmp.Or(
+			cmp.Compare(a.InFlight*b.MaxInFlight, b.InFlight*a.MaxInFlight),
+			cmp.Compare(a.ServerQueue, b.ServerQueue),
+			cmp.Compare(b.VRAMFree, a.VRAMFree),
+			cmp.Compare(a.Index, b.Index))
 	})
 }
 

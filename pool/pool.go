@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/hash"
@@ -60,6 +62,8 @@ type Pool struct {
 	prefer    map[*jobState]struct{} // unfinished jobs with PreferBackends (dispatch.go)
 	keys      map[string]*keyEntry   // idempotency key -> job (job.go)
 	enqueued  uint64                 // jobs stored so far; orders dispatch rounds (see lease)
+	caps      capsRegistry           // what the backends can run (capabilities.go)
+	flight    singleflight.Group     // collapses /object_info and /system_stats fetches per backend
 	stopOnce  sync.Once
 }
 
@@ -219,7 +223,8 @@ func (p *Pool) watch(b *backend) {
 		}
 	}()
 	changed := b.client.StateChanged()
-	_ = b.client.Connect(ctx) // keeps retrying in the background until Close
+	p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
+	_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
 	last := comfy.StateIdle
 	wasConnected := false
 	var grace *time.Timer
@@ -247,6 +252,7 @@ func (p *Pool) watch(b *backend) {
 					p.log.Info("backend reconnected: in grace", "backend", b.cfg.Name, "grace", b.cfg.ReconnectGrace)
 				}
 				wasConnected = true
+				kick(b.caps.kick) // (re)connected: its models or nodes may have changed
 			}
 			s := st
 			p.log.Info("backend state", "backend", b.cfg.Name, "state", st.String())
@@ -385,6 +391,15 @@ type BackendStats struct {
 	// ServerQueue is the server's own queue (prompts pending or running,
 	// from every client) as of its last status message; 0 before one.
 	ServerQueue int
+	// VRAMFree is the free memory of its first device, from
+	// /system_stats, refreshed on connect and after each prompt; 0 before
+	// it is known.
+	VRAMFree int64
+	// Capabilities is what it can run, from its /object_info (refreshed
+	// on every reconnect and after a prompt rejected for something
+	// missing); nil until known, when the fetch failed, or with
+	// Config.Capabilities.Disable.
+	Capabilities *queue.Capabilities
 	// Tags are its BackendConfig.Tags.
 	Tags []string
 	// Draining is set while DrainBackend waits for it: it takes no job.
@@ -437,7 +452,8 @@ func (p *Pool) Backends() []BackendStats {
 	defer p.mu.Unlock()
 	for i, b := range backends {
 		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
-			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining})
+			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining,
+			VRAMFree: b.caps.vram, Capabilities: b.caps.set})
 	}
 	return out
 }
@@ -506,6 +522,11 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 	if !p.mayRun(wh, o.Tags, o.ExcludeBackends) {
 		return "", &NoBackendError{Workflow: wh, Tags: o.Tags}
 	}
+	if o.RejectUnschedulable {
+		if err := p.checkUnschedulable(wf, wh, &o); err != nil { // capabilities.go
+			return "", err
+		}
+	}
 	if k := o.IdempotencyKey; k != "" {
 		id, ke, err := p.claimKey(ctx, k)
 		if err != nil || ke == nil {
@@ -541,12 +562,14 @@ func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh st
 	}
 	// The lock is held across the queue call so that the dispatcher cannot
 	// lease the job before its record exists.
+	needs := p.needsOfLocked(wf, o.Inputs) // capabilities.go
 	qj, err := p.q.Enqueue(ctx, queue.EnqueueParams{
 		Priority:        o.Priority,
 		Payload:         raw,
 		Metadata:        o.Metadata,
 		Workflow:        wh,
 		Requires:        o.Tags,
+		Needs:           needs,
 		IdempotencyKey:  o.IdempotencyKey,
 		MaxAttempts:     o.MaxAttempts,
 		ExcludeBackends: o.ExcludeBackends,
@@ -566,10 +589,11 @@ func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh st
 		id: qj.ID, wf: wf.Clone(), hash: wh, opts: *o, status: StatusQueued,
 		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts, done: make(chan struct{}),
 		cancelCh: make(chan struct{}), excluded: slices.Clone(o.ExcludeBackends),
-		reservation: reservation, reserved: reserved,
+		reservation: reservation, reserved: reserved, needs: needs,
 	}
 	p.enqueued++
 	js.seq = p.enqueued
+	unsched := p.admitLocked(js) // capabilities.go
 	p.jobs[js.id] = js
 	p.notePreferLocked(js)
 	if ke != nil {
@@ -580,6 +604,9 @@ func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh st
 	p.pruneLocked(time.Now())
 	p.mu.Unlock()
 	p.events.publish(Event{Kind: EventJobQueued, JobID: js.id})
+	if unsched.Kind != "" {
+		p.publishUnschedulable([]Event{unsched})
+	}
 	return js.id, nil
 }
 

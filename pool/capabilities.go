@@ -1,0 +1,724 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Routing by what each backend can run (see "Routing by capabilities" in
+// the package docs). The vocabulary, on top of package queue's rule:
+//
+//	class:<ClassType>                 the backend has the node class
+//	list:<key>                        the backend restricts key's values to its value items
+//	value:<key>=<value>               one allowed value (a capability) or one used value (a need)
+//
+// where key is esc(ClassType) + "/" + esc(input), esc escaping '%', '/'
+// and '=' as %25, %2F and %3D so that the key splits unambiguously.
+
+// CapabilitiesConfig configures routing by what each backend can run (see
+// "Routing by capabilities" in the package docs). The zero value turns it
+// on with no open inputs.
+type CapabilitiesConfig struct {
+	// Disable turns routing by capabilities off: the Pool fetches no
+	// /object_info, records no needs, and every backend may lease every
+	// job (tags and strict binding still apply); a job no backend can run
+	// is retried like any backend fault.
+	Disable bool
+	// OpenInputs lists inputs whose allowed values in /object_info do not
+	// bind, as "<ClassType>/<input>" or "*/<input>" for every class: a
+	// value there is never a need. Use it for a custom node that accepts
+	// values outside its list (its own VALIDATE_INPUTS checks them).
+	// Inputs that /object_info flags as uploads ("image_upload", ...) or
+	// remote lists are always open. Defaults to none.
+	OpenInputs []string
+}
+
+func (c *CapabilitiesConfig) validate() error {
+	for _, in := range c.OpenInputs {
+		class, input, ok := strings.Cut(in, "/")
+		if !ok || class == "" || input == "" {
+			return fmt.Errorf("pool: Capabilities.OpenInputs entry %q must be <ClassType>/<input> or */<input>", in)
+		}
+	}
+	return nil
+}
+
+// capsFetchTimeout bounds one GET /object_info (several MB on a real
+// server) and one GET /system_stats.
+const capsFetchTimeout = time.Minute
+
+// capsRetryMax caps the backoff between failed /object_info fetches.
+const capsRetryMax = time.Minute
+
+// ErrUnschedulable is matched by the *UnschedulableError that explains why
+// no backend of the Pool can run a job.
+var ErrUnschedulable = errors.New("pool: no backend can run the workflow")
+
+// UnschedulableError says why no backend of the Pool can run a job: what
+// the workflow uses that no backend has. It is returned by Enqueue with
+// EnqueueOpts.RejectUnschedulable, and carried by JobInfo.Unschedulable and
+// the job:unschedulable event while a job waits for a backend that has it.
+// It matches ErrUnschedulable.
+type UnschedulableError struct {
+	// Node is the workflow node that needs it, ClassType its class.
+	Node      string
+	ClassType string
+	// Input and Value are the input and the value no backend lists; both
+	// are empty when the class itself is missing.
+	Input string
+	Value string
+	// Backend is set when each thing the workflow needs is on some backend
+	// but no backend has them all: Node, ClassType, Input and Value then
+	// name what this backend (the one missing the fewest) lacks.
+	Backend string
+}
+
+// Error implements error, for example `pool: unschedulable: node 4
+// (CheckpointLoaderSimple): ckpt_name "sdxl.safetensors" is on no backend`.
+func (e *UnschedulableError) Error() string {
+	var what string
+	if e.Input == "" {
+		what = fmt.Sprintf("node %s: class %s", e.Node, e.ClassType)
+	} else {
+		what = fmt.Sprintf("node %s (%s): %s %q", e.Node, e.ClassType, e.Input, e.Value)
+	}
+	if e.Backend != "" {
+		return fmt.Sprintf("pool: unschedulable: no backend has everything the workflow needs; %s is not on %s (the closest)", what, e.Backend)
+	}
+	return "pool: unschedulable: " + what + " is on no backend"
+}
+
+// Is reports whether target is ErrUnschedulable.
+func (e *UnschedulableError) Is(target error) bool { return target == ErrUnschedulable }
+
+// backendCaps is what the Pool knows of a backend's capabilities and
+// free VRAM. set, ready and retry are guarded by Pool.mu.
+type backendCaps struct {
+	// set is what the backend can run; nil when unknown or not filtering
+	// (Disable, or every fetch so far failed).
+	set *queue.Capabilities
+	// ready is false until the first fetch ended: the backend leases
+	// nothing before (it is known after a success; after a failure it
+	// leases unfiltered).
+	ready bool
+	// kick (1-buffered) asks the refresher for capabilities and VRAM;
+	// kickVRAM for VRAM only.
+	kick, kickVRAM chan struct{}
+	vram           int64 // free VRAM of the first device; 0 unknown. Guarded by Pool.mu.
+}
+
+func newBackendCaps(disabled bool) backendCaps {
+	return backendCaps{ready: disabled, kick: make(chan struct{}, 1), kickVRAM: make(chan struct{}, 1)}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// capsRegistry is the union of the backends' capabilities that matters for
+// computing needs: which classes and which listed inputs some backend has.
+// Guarded by Pool.mu.
+type capsRegistry struct {
+	classes map[string]int // class -> backends that have it
+	listed  map[string]int // input key -> backends that list its values
+	dirty   bool           // waiting jobs must be re-evaluated (recheck)
+}
+
+func (r *capsRegistry) count(set *queue.Capabilities, d int) {
+	if set == nil {
+		return
+	}
+	if r.classes == nil {
+		r.classes, r.listed = map[string]int{}, map[string]int{}
+	}
+	for _, it := range set.Items() {
+		var m map[string]int
+		var k string
+		if c, ok := strings.CutPrefix(it, classPrefix); ok {
+			m, k = r.classes, c
+		} else if key, ok := strings.CutPrefix(it, listPrefix); ok {
+			m, k = r.listed, key
+		} else {
+			continue
+		}
+		if m[k] += d; m[k] <= 0 {
+			delete(m, k)
+		}
+	}
+}
+
+const (
+	classPrefix = "class:"
+	listPrefix  = "list:"
+)
+
+func classNeed(class string) string { return classPrefix + class }
+
+var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
+
+func inputKey(class, input string) string {
+	return keyEscaper.Replace(class) + "/" + keyEscaper.Replace(input)
+}
+
+// capabilitiesOf builds a backend's capability set from its /object_info:
+// every class, and for every input whose spec is a list of allowed values
+// (a COMBO, legacy or V3 form) that list, unless the input is open (an
+// upload, a remote list, or Config.Capabilities.OpenInputs).
+func capabilitiesOf(info map[string]comfy.NodeInfo, open []string) *queue.Capabilities {
+	items := make([]string, 0, 2*len(info))
+	for class, ni := range info {
+		items = append(items, classNeed(class))
+		for _, sect := range []map[string]json.RawMessage{ni.Input.Required, ni.Input.Optional} {
+			for input, spec := range sect {
+				if isOpenInput(open, class, input) || openSpec(spec) {
+					continue
+				}
+				vals := ni.ComboOptions(input)
+				if vals == nil {
+					continue
+				}
+				key := inputKey(class, input)
+				items = append(items, queue.ListCapability(key))
+				for _, v := range vals {
+					items = append(items, queue.ValueNeed(key, v))
+				}
+			}
+		}
+	}
+	return queue.NewCapabilities(items)
+}
+
+func isOpenInput(open []string, class, input string) bool {
+	return slices.Contains(open, class+"/"+input) || slices.Contains(open, "*/"+input)
+}
+
+// openSpec reports whether a COMBO spec's options say its list does not
+// bind: an upload ("image_upload": true, "video_upload", "audio_upload",
+// "file_upload"; the server skips the membership check for uploaded files)
+// or a list fetched from elsewhere ("remote").
+func openSpec(spec json.RawMessage) bool {
+	var parts []json.RawMessage
+	if json.Unmarshal(spec, &parts) != nil || len(parts) < 2 {
+		return false
+	}
+	var cfg map[string]json.RawMessage
+	if json.Unmarshal(parts[1], &cfg) != nil {
+		return false
+	}
+	for k, v := range cfg {
+		if k == "remote" || (strings.HasSuffix(k, "_upload") && string(v) == "true") {
+			return true
+		}
+	}
+	return false
+}
+
+// literal returns the string form of a widget value as /object_info lists
+// it (numbers as Go prints a float64, as comfy.NodeInfo.ComboOptions does),
+// and false for links, lists and objects.
+func literal(v any) (string, bool) {
+	if m, ok := v.(map[string]any); ok { // {"__value__": x}, unwrapped by the server
+		if x, ok := m["__value__"]; ok && len(m) == 1 {
+			v = x
+		}
+	}
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case bool:
+		return strconv.FormatBool(v), true
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil {
+			return "", false
+		}
+		return fmt.Sprint(f), true
+	case float64:
+		return fmt.Sprint(v), true
+	case float32:
+		return fmt.Sprint(float64(v)), true
+	case int:
+		return fmt.Sprint(float64(v)), true
+	case int64:
+		return fmt.Sprint(float64(v)), true
+	}
+	return "", false
+}
+
+// needItem is one need with where the workflow uses it.
+type needItem struct {
+	need         string
+	node, class  string
+	input, value string // empty for a class need
+}
+
+// needItemsLocked lists what wf needs with the Pool's current knowledge:
+// each node's class, and each literal value of an input that some backend
+// lists (except inputs that skip names: the job's input files, patched at
+// submit). Nodes in id order, a node's class first, then its inputs by
+// name. Caller holds p.mu.
+func (p *Pool) needItemsLocked(wf comfy.Workflow, skip []InputFile) []needItem {
+	ids := slices.SortedFunc(maps.Keys(wf), comfy.CompareNodeIDs)
+	var items []needItem
+	for _, id := range ids {
+		n := wf[id]
+		items = append(items, needItem{need: classNeed(n.ClassType), node: id, class: n.ClassType})
+		for _, in := range slices.Sorted(maps.Keys(n.Inputs)) {
+			key := inputKey(n.ClassType, in)
+			if p.caps.listed[key] == 0 || targeted(skip, id, in) {
+				continue
+			}
+			v, ok := literal(n.Inputs[in])
+			if !ok {
+				continue
+			}
+			items = append(items, needItem{need: queue.ValueNeed(key, v), node: id, class: n.ClassType, input: in, value: v})
+		}
+	}
+	return items
+}
+
+func targeted(files []InputFile, node, input string) bool {
+	for _, f := range files {
+		for _, t := range f.Targets {
+			if t.Node == node && t.Input == input {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// needsLocked returns the job's needs (sorted, deduplicated) with the
+// Pool's current knowledge, and records them on js. nil when capability
+// routing is off. Caller holds p.mu.
+func (p *Pool) needsLocked(js *jobState) []string {
+	if js.wf != nil {
+		js.needs = p.needsOfLocked(js.wf, js.opts.Inputs)
+	}
+	return js.needs
+}
+
+// needsOfLocked returns what wf needs (sorted, deduplicated; nil when
+// capability routing is off). Caller holds p.mu.
+func (p *Pool) needsOfLocked(wf comfy.Workflow, inputs []InputFile) []string {
+	if p.cfg.Capabilities.Disable {
+		return nil
+	}
+	items := p.needItemsLocked(wf, inputs)
+	needs := make([]string, len(items))
+	for i, it := range items {
+		needs[i] = it.need
+	}
+	slices.Sort(needs)
+	return slices.Compact(needs)
+}
+
+// schedulability is what the Pool can say about running a job.
+type schedulability int
+
+const (
+	schedUnknown       schedulability = iota // some backend's capabilities are not known yet
+	schedOK                                  // some backend may run it
+	schedUnschedulable                       // no backend can
+)
+
+// candidatesLocked returns the backends that may run js by configuration
+// (not draining, workflows, tags, exclusions).
+func (p *Pool) candidatesLocked(js *jobState) []*backend {
+	var out []*backend
+	for _, b := range p.list() {
+		if !b.draining && b.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, b.cfg.Name) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// evaluateLocked says whether some backend can run js with needs. A job
+// that no backend may run by configuration (all removed, say) is not a
+// capability matter: schedOK. Caller holds p.mu.
+func (p *Pool) evaluateLocked(js *jobState, needs []string) schedulability {
+	cands := p.candidatesLocked(js)
+	if len(cands) == 0 {
+		return schedOK
+	}
+	unknown := false
+	for _, b := range cands {
+		switch {
+		case !b.caps.ready:
+			unknown = true
+		case b.caps.set == nil || b.caps.set.MeetsAll(needs):
+			return schedOK
+		}
+	}
+	if unknown {
+		return schedUnknown
+	}
+	return schedUnschedulable
+}
+
+// settleStatusLocked evaluates a waiting job and sets its status; it
+// returns the job:unschedulable event to publish (Kind empty when none).
+// Caller holds p.mu.
+func (p *Pool) settleStatusLocked(js *jobState, needs []string) Event {
+	s := p.evaluateLocked(js, needs)
+	var why *UnschedulableError
+	if s == schedUnschedulable {
+		why = p.explainLocked(js, p.candidatesLocked(js))
+	}
+	return p.applyLocked(js, s, why)
+}
+
+// explainLocked names what js needs that cands lack: the first need no
+// backend meets, or else what the backend that misses fewest lacks first.
+func (p *Pool) explainLocked(js *jobState, cands []*backend) *UnschedulableError {
+	items := p.needItemsLocked(js.wf, js.opts.Inputs)
+	toErr := func(it needItem, backend string) *UnschedulableError {
+		return &UnschedulableError{Node: it.node, ClassType: it.class, Input: it.input, Value: it.value, Backend: backend}
+	}
+	for _, it := range items {
+		if !slices.ContainsFunc(cands, func(b *backend) bool { return b.caps.set.Meets(it.need) }) {
+			return toErr(it, "")
+		}
+	}
+	best, bestN := -1, 0
+	for i, b := range cands {
+		n := 0
+		for _, it := range items {
+			if !b.caps.set.Meets(it.need) {
+				n++
+			}
+		}
+		if best < 0 || n < bestN {
+			best, bestN = i, n
+		}
+	}
+	for _, it := range items {
+		if !cands[best].caps.set.Meets(it.need) {
+			return toErr(it, cands[best].cfg.Name)
+		}
+	}
+	// The recorded needs differ from the workflow's (they cannot, but
+	// never return nil for an unschedulable job).
+	return &UnschedulableError{Backend: cands[best].cfg.Name}
+}
+
+// waitingLocked reports whether js waits in the queue (not leased, not
+// running, not ended): its schedulability may change.
+func waitingLocked(js *jobState) bool {
+	return !js.terminal && !js.leased && js.status != StatusRunning
+}
+
+// applyLocked sets a waiting job's status from its schedulability and
+// returns the event to publish (Kind empty when none).
+func (p *Pool) applyLocked(js *jobState, s schedulability, why *UnschedulableError) Event {
+	switch s {
+	case schedUnschedulable:
+		was := js.unsched
+		js.status, js.unsched = StatusUnschedulable, why
+		if was == nil || was.Error() != why.Error() {
+			return Event{Kind: EventJobUnschedulable, JobID: js.id, Attempt: len(js.attempts), Err: why}
+		}
+	case schedOK:
+		if js.status == StatusUnschedulable {
+			js.status = StatusQueued
+		}
+		js.unsched = nil
+	}
+	return Event{}
+}
+
+// markCapsChangedLocked notes that what the backends can run changed:
+// the dispatcher re-evaluates waiting jobs before it next leases. Caller
+// holds p.mu.
+func (p *Pool) markCapsChangedLocked() {
+	p.caps.dirty = true
+	p.poke()
+}
+
+// recheck re-evaluates every waiting job after the backends' capabilities
+// changed (a fetch, a backend added or removed): a job becomes
+// unschedulable (job:unschedulable) or runnable again. Jobs with equal
+// needs are evaluated once. Called by the dispatcher.
+func (p *Pool) recheck() {
+	p.mu.Lock()
+	if !p.caps.dirty {
+		p.mu.Unlock()
+		return
+	}
+	p.caps.dirty = false
+	memo := map[string]schedulability{}
+	var evs []Event
+	for _, js := range p.jobs {
+		if !waitingLocked(js) {
+			continue
+		}
+		needs := p.needsLocked(js)
+		k := js.hash + "\x01" + strings.Join(js.opts.Tags, "\x00") + "\x01" + strings.Join(js.excluded, "\x00") + "\x01" + strings.Join(needs, "\x00")
+		s, ok := memo[k]
+		if !ok {
+			s = p.evaluateLocked(js, needs)
+			memo[k] = s
+		}
+		var why *UnschedulableError
+		if s == schedUnschedulable { // per job: node ids differ between workflows of one structure
+			why = p.explainLocked(js, p.candidatesLocked(js))
+		}
+		if ev := p.applyLocked(js, s, why); ev.Kind != "" {
+			evs = append(evs, ev)
+		}
+	}
+	p.mu.Unlock()
+	p.publishUnschedulable(evs)
+}
+
+func (p *Pool) publishUnschedulable(evs []Event) {
+	for _, ev := range evs {
+		p.log.Info("job unschedulable", "job_id", ev.JobID, "err", ev.Err)
+		p.events.publish(ev)
+	}
+}
+
+// checkUnschedulable answers Enqueue's RejectUnschedulable: the
+// *UnschedulableError when no backend can run wf, nil otherwise (also when
+// some backend's capabilities are not known yet).
+func (p *Pool) checkUnschedulable(wf comfy.Workflow, wh string, o *EnqueueOpts) error {
+	if p.cfg.Capabilities.Disable {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	js := &jobState{wf: wf, hash: wh, opts: *o, excluded: o.ExcludeBackends}
+	if p.evaluateLocked(js, p.needsLocked(js)) == schedUnschedulable {
+		return p.explainLocked(js, p.candidatesLocked(js))
+	}
+	return nil
+}
+
+// admitLocked computes a new job's needs and its first status. Caller
+// holds p.mu; the returned event (if any) is published after job:queued.
+func (p *Pool) admitLocked(js *jobState) Event {
+	if p.cfg.Capabilities.Disable {
+		return Event{}
+	}
+	return p.settleStatusLocked(js, js.needs)
+}
+
+// unmetLocked is the check of a leased job before its prompt is sent: the
+// job's needs with the Pool's current knowledge (which may know more than
+// when it was enqueued, say by a process that holds no backend). It
+// returns those needs when b does not meet them, nil when it does. Caller
+// holds p.mu.
+func (p *Pool) unmetLocked(b *backend, js *jobState) []string {
+	if p.cfg.Capabilities.Disable || b.caps.set == nil {
+		return nil
+	}
+	needs := p.needsLocked(js)
+	if b.caps.set.MeetsAll(needs) {
+		return nil
+	}
+	if needs == nil {
+		needs = []string{}
+	}
+	return needs
+}
+
+// reroute gives a leased job back to the queue, without an attempt and
+// without sending a prompt, with needs that b does not meet, so that it
+// goes to a backend that has them (or waits, unschedulable).
+func (p *Pool) reroute(b *backend, js *jobState, token string, needs []string) {
+	ctx, cancel := bgCtx()
+	defer cancel()
+	if _, err := p.q.RequeueWith(ctx, js.id, token, queue.RequeueParams{Needs: needs}); err != nil {
+		p.log.Warn("requeue of a job the backend cannot run failed", "backend", b.cfg.Name, "job_id", js.id, "err", err)
+	}
+	p.mu.Lock()
+	js.leased, js.status = false, StatusQueued
+	ev := p.settleStatusLocked(js, needs)
+	p.mu.Unlock()
+	p.log.Debug("job rerouted: the backend lacks what it needs", "backend", b.cfg.Name, "job_id", js.id)
+	if ev.Kind != "" {
+		p.publishUnschedulable([]Event{ev})
+	}
+}
+
+// missingEverywhere handles a prompt rejected as needing something the
+// backend lacks (comfy.PromptError.MissingOnServer). It refreshes b's
+// capabilities first: if b does still have what the job needs, or another
+// backend may have it, it reports false and the failure is an ordinary
+// backend fault. Otherwise the workflow runs nowhere: no failover block,
+// no attempt counted in the queue (the attempt is still recorded on the
+// job), and the job is requeued with its new needs, to wait as
+// unschedulable until a backend that has them joins. It reports true then.
+func (p *Pool) missingEverywhere(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) bool {
+	var pe *comfy.PromptError
+	if p.cfg.Capabilities.Disable || !errors.As(err, &pe) || !pe.MissingOnServer() {
+		return false
+	}
+	if ferr := p.fetchCaps(ctx, b); ferr != nil {
+		return false
+	}
+	p.mu.Lock()
+	needs := p.needsLocked(js)
+	if b.caps.set == nil || b.caps.set.MeetsAll(needs) {
+		p.mu.Unlock()
+		return false // what it lacks is not something the Pool routes by
+	}
+	for _, o := range p.candidatesLocked(js) {
+		if o != b && (!o.caps.ready || o.caps.set == nil || o.caps.set.MeetsAll(needs)) {
+			p.mu.Unlock()
+			return false // another backend has it: b's fault
+		}
+	}
+	att.Err, att.Class, att.Ended = err, failover.ClassWorkflow, time.Now()
+	js.attempts = append(js.attempts, att)
+	js.lastErr = err
+	p.mu.Unlock()
+	if needs == nil {
+		needs = []string{}
+	}
+	p.reroute(b, js, token, needs)
+	return true
+}
+
+// fetchCaps fetches b's /object_info and installs its capabilities.
+// Concurrent fetches of one backend are collapsed into one.
+func (p *Pool) fetchCaps(ctx context.Context, b *backend) error {
+	_, err, _ := p.flight.Do("caps/"+strconv.Itoa(b.index), func() (any, error) {
+		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
+		defer cancel()
+		info, err := b.client.ObjectInfo(fctx, "")
+		if err == nil && len(info) == 0 {
+			// No node at all is not a description of a ComfyUI server
+			// (a proxy or a stub answering {}): do not filter by it.
+			err = errors.New("pool: GET /object_info lists no node class")
+		}
+		if err != nil {
+			p.capsFailed(b, err)
+			return nil, err
+		}
+		p.setCaps(b, capabilitiesOf(info, p.cfg.Capabilities.OpenInputs))
+		return nil, nil
+	})
+	return err
+}
+
+// setCaps installs b's capabilities and has waiting jobs re-evaluated
+// when they changed.
+func (p *Pool) setCaps(b *backend, set *queue.Capabilities) {
+	p.mu.Lock()
+	if b.removed {
+		p.mu.Unlock()
+		return
+	}
+	old := b.caps.set
+	first := !b.caps.ready
+	b.caps.set, b.caps.ready = set, true
+	changed := first || old.Digest() != set.Digest()
+	if changed {
+		p.caps.count(old, -1)
+		p.caps.count(set, +1)
+		p.markCapsChangedLocked()
+	}
+	p.mu.Unlock()
+	if changed {
+		p.log.Info("backend capabilities", "backend", b.cfg.Name, "items", set.Len(), "digest", set.Digest()[:12])
+		p.events.publish(Event{Kind: EventClientCapabilities, Backend: b.cfg.Name})
+	}
+}
+
+// capsFailed notes a failed fetch: a backend whose capabilities were never
+// known leases unfiltered (availability first) until a fetch succeeds.
+func (p *Pool) capsFailed(b *backend, err error) {
+	p.mu.Lock()
+	first := !b.caps.ready
+	b.caps.ready = true
+	if first {
+		p.markCapsChangedLocked()
+	}
+	p.mu.Unlock()
+	if first {
+		p.log.Warn("backend capabilities unknown (GET /object_info failed); it takes any job until a fetch succeeds",
+			"backend", b.cfg.Name, "err", err)
+	}
+}
+
+// dropCapsLocked forgets a removed backend's capabilities. Caller holds
+// p.mu.
+func (p *Pool) dropCapsLocked(b *backend) {
+	p.caps.count(b.caps.set, -1)
+	p.markCapsChangedLocked()
+}
+
+// fetchVRAM refreshes b's free VRAM (the first device of /system_stats,
+// as ComfyUI uses it), for the Policy. A failure keeps the last value.
+func (p *Pool) fetchVRAM(ctx context.Context, b *backend) {
+	_, _, _ = p.flight.Do("vram/"+strconv.Itoa(b.index), func() (any, error) {
+		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
+		defer cancel()
+		st, err := b.client.SystemStats(fctx)
+		if err != nil || len(st.Devices) == 0 {
+			return nil, err
+		}
+		p.mu.Lock()
+		b.caps.vram = st.Devices[0].VRAMFree
+		p.mu.Unlock()
+		return nil, nil
+	})
+}
+
+// refresher keeps b's capabilities and free VRAM fresh, off the dispatch
+// path: on every (re)connection (kick) it fetches /object_info, retrying
+// with backoff while it fails and b stays connected, and /system_stats;
+// after every prompt (kickVRAM) it fetches /system_stats. It runs beside
+// b's watcher and ends with it (ctx).
+func (p *Pool) refresher(ctx context.Context, b *backend) {
+	var retry timer
+	defer retry.stop()
+	delay := time.Second
+	capsDue := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.caps.kick:
+			capsDue, delay = true, time.Second
+			retry.stop()
+		case <-retry.c:
+			retry.stop()
+			capsDue = b.client.State() == comfy.StateConnected
+		case <-b.caps.kickVRAM:
+			p.fetchVRAM(ctx, b)
+			continue
+		}
+		if !capsDue {
+			continue
+		}
+		capsDue = false
+		if !p.cfg.Capabilities.Disable {
+			if err := p.fetchCaps(ctx, b); err != nil && ctx.Err() == nil {
+				p.log.LogAttrs(ctx, slog.LevelDebug, "capabilities fetch failed; retrying",
+					slog.String("backend", b.cfg.Name), slog.Duration("retry_in", delay), slog.Any("err", err))
+				retry.startOnce(delay)
+				delay = min(2*delay, capsRetryMax)
+			}
+		}
+		p.fetchVRAM(ctx, b)
+	}
+}
