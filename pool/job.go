@@ -113,18 +113,18 @@ func (o *EnqueueOpts) validate() error {
 // Status is a job's state in the Pool. The values are stable strings.
 type Status string
 
-// Job statuses.
+// Job statuses. A job that waits while no backend of the Pool can run its
+// workflow (a node class or a listed value, such as a checkpoint, is on
+// none) is unschedulable: JobInfo.Unschedulable says what is missing, and
+// it runs as soon as a backend that has it joins or reconnects with it.
 const (
-	StatusQueued    Status = "queued"    // waiting for a backend
-	// StatusUnschedulable: waiting, but no backend of the Pool can run the
-	// workflow (JobInfo.Unschedulable says what is missing); it runs as
-	// soon as a backend that has it joins or reconnects with it.
-	StatusUnschedulable Status = "unschedulable"
-	StatusRunning   Status = "running"   // submitted to a backend
-	StatusRetrying  Status = "retrying"  // an attempt failed; waiting for the next
-	StatusCompleted Status = "completed" // terminal
-	StatusFailed    Status = "failed"    // terminal
-	StatusCancelled Status = "cancelled" // terminal
+	StatusQueued        Status = "queued"        // waiting for a backend
+	StatusUnschedulable Status = "unschedulable" // waiting: no backend can run it
+	StatusRunning       Status = "running"       // submitted to a backend
+	StatusRetrying      Status = "retrying"      // an attempt failed; waiting for the next
+	StatusCompleted     Status = "completed"     // terminal
+	StatusFailed        Status = "failed"        // terminal
+	StatusCancelled     Status = "cancelled"     // terminal
 )
 
 // Attempt records one run of a job on a backend. Every attempt is
