@@ -580,11 +580,9 @@ func (p *Pool) missingEverywhere(ctx context.Context, js *jobState, b *backend, 
 		p.mu.Unlock()
 		return false // what it lacks is not something the Pool routes by
 	}
-	for _, o := range p.candidatesLocked(js) {
-		if o != b && (!o.caps.ready || o.caps.set == nil || o.caps.set.MeetsAll(needs)) {
-			p.mu.Unlock()
-			return false // another backend has it: b's fault
-		}
+	if p.runnableElsewhereLocked(js, b) {
+		p.mu.Unlock()
+		return false // another backend has it: b's fault
 	}
 	att.Err, att.Class, att.Ended = err, failover.ClassWorkflow, time.Now()
 	js.attempts = append(js.attempts, att)
@@ -657,6 +655,20 @@ func (p *Pool) capsFailed(b *backend, err error) {
 		p.log.Warn("backend capabilities unknown (GET /object_info failed); it takes any job until a fetch succeeds",
 			"backend", b.cfg.Name, "err", err)
 	}
+}
+
+// runnableElsewhereLocked reports whether a backend other than b may run
+// js: by configuration (workflows, tags, exclusions, not draining) and by
+// what it has (or its capabilities are not known yet). A retry after a
+// backend fault excludes b only then; else it waits for b. Caller holds
+// p.mu.
+func (p *Pool) runnableElsewhereLocked(js *jobState, b *backend) bool {
+	for _, o := range p.candidatesLocked(js) {
+		if o != b && (!o.caps.ready || o.caps.set == nil || o.caps.set.MeetsAll(js.needs)) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropCapsLocked forgets a removed backend's capabilities. Caller holds

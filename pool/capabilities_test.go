@@ -490,3 +490,24 @@ func TestWarmAffinityOrder(t *testing.T) {
 	assert.Equal(t, []string{"warm", "vram-more", "vram-less", "busy-server", "loaded"}, got,
 		"warm first, then own load, then server queue, then free VRAM")
 }
+
+// A backend fault on the only backend that has what the job needs does not
+// exclude that backend from the retry (another backend "may run" the job
+// only if it has what it needs): the retry waits for its cooldown there.
+func TestCapsRetryStaysOnTheOnlyCapableBackend(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := startedBundle(t, []*comfytest.Options{
+			models("checkpoints", "sd15.safetensors"),
+			models("checkpoints", "sdxl.safetensors"),
+		}, nil)
+		b.servers[1].FailNext("/prompt", 1, 500)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		res, err := b.pool.Run(ctx, samplerWF(t, "sdxl.safetensors", 1), nil)
+		require.NoError(t, err)
+		assert.Equal(t, "gpu-1", res.Backend)
+		require.Len(t, res.Attempts, 2)
+		assert.Equal(t, "gpu-1", res.Attempts[0].Backend)
+	})
+}

@@ -550,13 +550,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	counted := n - js.requeued // attempts against MaxAttempts
 	// Exclude the failed backend from the retry only if another backend may
 	// run the job; otherwise the retry waits for this one's cooldown.
-	exclude := false
-	for _, o := range p.list() {
-		if o != b && o.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, o.cfg.Name) {
-			exclude = true
-			break
-		}
-	}
+	exclude := p.runnableElsewhereLocked(js, b) // capabilities.go
 	p.mu.Unlock()
 	if class != failover.ClassBackend {
 		_, _ = p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), NoRetry: true})
