@@ -137,6 +137,9 @@ type capsRegistry struct {
 	classes map[string]int // class -> backends that have it
 	listed  map[string]int // input key -> backends that list its values
 	dirty   bool           // waiting jobs must be re-evaluated (recheck)
+	// gen counts changes of the key sets of classes and listed (not of
+	// counts, nor of values): needs computed at one gen stay valid.
+	gen uint64
 }
 
 func (r *capsRegistry) count(set *queue.Capabilities, d int) {
@@ -156,8 +159,12 @@ func (r *capsRegistry) count(set *queue.Capabilities, d int) {
 		} else {
 			continue
 		}
+		was := m[k]
 		if m[k] += d; m[k] <= 0 {
 			delete(m, k)
+		}
+		if (was == 0) != (m[k] == 0) {
+			r.gen++
 		}
 	}
 }
@@ -308,8 +315,9 @@ func targeted(files []InputFile, node, input string) bool {
 // Pool's current knowledge, and records them on js. nil when capability
 // routing is off. Caller holds p.mu.
 func (p *Pool) needsLocked(js *jobState) []string {
-	if js.wf != nil {
+	if js.wf != nil && js.needsGen != p.caps.gen+1 {
 		js.needs = p.needsOfLocked(js.wf, js.opts.Inputs)
+		js.needsGen = p.caps.gen + 1
 	}
 	return js.needs
 }
@@ -517,6 +525,7 @@ func (p *Pool) admitLocked(js *jobState) Event {
 	if p.cfg.Capabilities.Disable {
 		return Event{}
 	}
+	js.needsGen = p.caps.gen + 1 // js.needs were computed by the caller under this lock
 	return p.settleStatusLocked(js, js.needs)
 }
 

@@ -226,8 +226,9 @@ type jobState struct {
 	accounted   bool         // that Consume/Refund was claimed
 	downloads   []OutputFile // eagerly downloaded outputs of the last attempt
 
-	needs   []string            // what it needs with the Pool's latest knowledge (capabilities.go)
-	unsched *UnschedulableError // set while status is StatusUnschedulable
+	needs    []string            // what it needs with the Pool's latest knowledge (capabilities.go)
+	needsGen uint64              // capsRegistry.gen+1 when needs were computed; 0 never
+	unsched  *UnschedulableError // set while status is StatusUnschedulable
 
 	result   *Result
 	err      error
