@@ -86,19 +86,63 @@
 // in-flight prompts after a reconnect; the end of the grace wakes the
 // dispatcher). Config.Policy orders the free backends: [WarmAffinity] (the
 // default) puts first a backend whose last workflow still has jobs, then
-// the least loaded; [RoundRobin] is there for comparison
+// the least loaded by the Pool, then the shortest server queue (other
+// users of a shared server count), then the most free VRAM (from
+// /system_stats, refreshed on connect and after each prompt), then
+// configuration order; [RoundRobin] is there for comparison
 // (BenchmarkWarmAffinity measures the difference). EnqueueOpts has
 // PreferBackends and ExcludeBackends per job. Config.FailoverStrategy
 // replaces the SmartFailover; one that implements [UnblockNotifier] wakes
 // the dispatcher when a block ends.
+//
+// # Routing by capabilities
+//
+// The Pool knows what each backend can run, generically, from its GET
+// /object_info (fetched on every connect and reconnect, and again after the
+// backend rejects a prompt for something it lacks; concurrent fetches of
+// one backend are collapsed): every node class, and for every input whose
+// spec is a list of allowed values (a COMBO: checkpoints, LoRAs, VAEs,
+// ControlNets, upscalers, a custom node's own models, samplers — no fixed
+// list of loader nodes) those values. [BackendStats].Capabilities shows
+// the set; client:capabilities says it changed. A backend takes no job
+// until its first fetch ended (a failed fetch lets it take any job until
+// one succeeds).
+//
+// A job's needs are written onto its queue record (queue.EnqueueParams
+// Needs; see "Needs and capabilities" in package queue): "class:<class>"
+// for each node, and "value:<class>/<input>=<value>" for each literal value
+// of an input that some backend lists. A backend leases with its set, and
+// the rule is: a value need is met unless the backend lists that input's
+// values without this one. So the queue enforces the routing whichever
+// process leases the job, and needs are right even when computed knowing
+// no backend (by a process that holds none): they then name classes only,
+// never too much. A lessee that knows more checks the job before sending
+// the prompt and, when its backend lacks something, gives the job back with
+// the fuller needs (no attempt counted, no prompt sent). Inputs flagged as
+// uploads ("image_upload", ...), remote lists, the job's own input files
+// and [CapabilitiesConfig].OpenInputs never make needs.
+//
+// A job that no backend of the Pool can run waits as [StatusUnschedulable]:
+// [JobInfo].Unschedulable (an [*UnschedulableError]) names the node and the
+// missing class or value, a job:unschedulable event is sent, and
+// Stats.Jobs counts it. It blocks no backend and no other job, and runs as
+// soon as a backend that has what it needs is added or reconnects with it.
+// With EnqueueOpts.RejectUnschedulable, Enqueue fails instead (once some
+// backend's capabilities are known). A prompt rejected as "missing on this
+// server" although the backend's set said otherwise (a model deleted at run
+// time) refreshes that backend's set; it is a backend fault (retry
+// elsewhere, failover block) only when another backend has what the job
+// needs, else the job waits, unschedulable, without an attempt counted.
+// [CapabilitiesConfig].Disable turns all of this off.
 //
 // # Events
 //
 // [Pool.Subscribe] returns a channel of [Event] for the kinds asked for
 // ("job:queued", "job:started", "job:progress", "job:preview", "job:output",
 // "job:retrying", "job:completed", "job:failed", "job:cancelled",
-// "client:state", "client:blocked_workflow", "client:unblocked_workflow",
-// "pool:ready", "pool:stopped"). Every job gets exactly one terminal event.
+// "job:unschedulable", "client:state", "client:capabilities",
+// "client:blocked_workflow", "client:unblocked_workflow", "pool:ready",
+// "pool:stopped"). Every job gets exactly one terminal event.
 // Sends never block the Pool: a full channel loses the event and
 // [Stats].EventsDropped counts it.
 package pool
