@@ -140,6 +140,38 @@ type capsRegistry struct {
 	// gen counts changes of the key sets of classes and listed (not of
 	// counts, nor of values): needs computed at one gen stay valid.
 	gen uint64
+	// readyCh is closed (and cleared) when a backend's first fetch ends
+	// (see capsReadyChanged).
+	readyCh chan struct{}
+}
+
+// capsReadyChanged returns a channel closed the next time a backend's
+// capabilities become ready (WaitConnected waits on it).
+func (p *Pool) capsReadyChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.caps.readyCh == nil {
+		p.caps.readyCh = make(chan struct{})
+	}
+	return p.caps.readyCh
+}
+
+// capsReady reports whether b's first capability fetch ended (or routing
+// by capabilities is off).
+func (p *Pool) capsReady(b *backend) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return b.caps.ready
+}
+
+// becameReadyLocked marks b's capabilities ready and wakes
+// capsReadyChanged's waiters. Caller holds p.mu.
+func (p *Pool) becameReadyLocked(b *backend) {
+	b.caps.ready = true
+	if p.caps.readyCh != nil {
+		close(p.caps.readyCh)
+		p.caps.readyCh = nil
+	}
 }
 
 func (r *capsRegistry) count(set *queue.Capabilities, d int) {
@@ -636,7 +668,8 @@ func (p *Pool) setCaps(b *backend, set *queue.Capabilities) {
 	}
 	old := b.caps.set
 	first := !b.caps.ready
-	b.caps.set, b.caps.ready = set, true
+	b.caps.set = set
+	p.becameReadyLocked(b)
 	changed := first || old.Digest() != set.Digest()
 	if changed {
 		p.caps.count(old, -1)
@@ -655,7 +688,7 @@ func (p *Pool) setCaps(b *backend, set *queue.Capabilities) {
 func (p *Pool) capsFailed(b *backend, err error) {
 	p.mu.Lock()
 	first := !b.caps.ready
-	b.caps.ready = true
+	p.becameReadyLocked(b)
 	if first {
 		p.markCapsChangedLocked()
 	}

@@ -511,3 +511,22 @@ func TestCapsRetryStaysOnTheOnlyCapableBackend(t *testing.T) {
 		assert.Equal(t, "gpu-1", res.Attempts[0].Backend)
 	})
 }
+
+// WaitConnected counts a backend once it is connected and knows what it can
+// run (it takes no job before): right after it, RejectUnschedulable can
+// judge.
+func TestCapsWaitConnectedMeansCapabilitiesKnown(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBundle(t, []*comfytest.Options{nil, nil}, nil)
+		require.NoError(t, b.pool.Start(t.Context()))
+		n, err := b.pool.WaitConnected(t.Context(), 0)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		for _, bs := range b.pool.Backends() {
+			assert.NotNil(t, bs.Capabilities, bs.Name)
+		}
+		_, err = b.pool.Enqueue(t.Context(), customWF(t, "FancyNode", "", 1), &pool.EnqueueOpts{RejectUnschedulable: true})
+		assert.ErrorIs(t, err, pool.ErrUnschedulable)
+	})
+}

@@ -323,14 +323,18 @@ func (p *Pool) Stop(ctx context.Context) error {
 }
 
 // WaitConnected waits until at least n backends have their WebSocket
-// connected (n <= 0: every backend the Pool has), and returns how many
-// are. When ctx ends first it returns that count and ctx's error; after
-// Stop, ErrClosed. Backends added or removed while it waits count as they
-// come and go. Start does not wait for connections: a program that wants
-// its backends up before its first job calls this after Start.
+// connected and their capabilities fetched (the first /object_info answered
+// or failed; a backend takes no job before) (n <= 0: every backend the
+// Pool has), and returns how many have. When ctx ends first it returns that
+// count and ctx's error; after Stop, ErrClosed. Backends added or removed
+// while it waits count as they come and go. Start does not wait for
+// connections: a program that wants its backends up before its first job
+// (or EnqueueOpts.RejectUnschedulable to judge with every backend's
+// capabilities) calls this after Start.
 func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
 	for {
 		listCh := p.backendsChanged() // before list: no change is missed
+		capsCh := p.capsReadyChanged()
 		backends := p.list()
 		want := n
 		if want <= 0 {
@@ -342,7 +346,7 @@ func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
 		up := 0
 		for _, b := range backends {
 			changed := b.client.StateChanged() // before State: no change is missed
-			if b.client.State() == comfy.StateConnected {
+			if b.client.State() == comfy.StateConnected && p.capsReady(b) {
 				up++
 			}
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
@@ -358,7 +362,8 @@ func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
 		cases = append(cases,
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.stopCh)},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(listCh)})
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(listCh)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(capsCh)})
 		switch i, _, _ := reflect.Select(cases); i {
 		case len(backends):
 			return up, ctx.Err()
