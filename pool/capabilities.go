@@ -627,6 +627,7 @@ func (p *Pool) missingEverywhere(ctx context.Context, js *jobState, b *backend, 
 	}
 	att.Err, att.Class, att.Ended = err, failover.ClassWorkflow, time.Now()
 	js.attempts = append(js.attempts, att)
+	js.requeued++ // listed, not counted against MaxAttempts
 	js.lastErr = err
 	p.mu.Unlock()
 	if needs == nil {

@@ -132,7 +132,10 @@ const (
 // removed (Err matches ErrBackendRemoved) or Stop gave up waiting (Err
 // matches ErrClosed): its prompt may have run, or still run, on that
 // server. Such an attempt does not count against EnqueueOpts.MaxAttempts,
-// so a job may list more attempts than its queue attempt count.
+// so a job may list more attempts than its queue attempt count; nor does a
+// prompt rejected for a node or model that no backend has (Class
+// ClassWorkflow, Err the *comfy.PromptError): the job then waits,
+// unschedulable.
 type Attempt struct {
 	Backend  string
 	PromptID string
