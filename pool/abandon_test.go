@@ -51,12 +51,15 @@ func TestStartTimeoutDuringSlowPost(t *testing.T) {
 	t.Run("prompt pending", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, 2, nil, nil)
-			synctest.Wait() // both connected: gpu-0 is offered the job first
+			synctest.Wait() // both connected
 			release := occupy(t, b.servers[0])
 			defer release()
 			b.servers[0].DelayNextAnswers("/prompt", 1, 7*time.Second)
 
-			res, err := b.pool.Run(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Timeouts: pool.Timeouts{Start: 5 * time.Second}})
+			// gpu-0's queue is busy, so the Policy would pick gpu-1: the job
+			// prefers gpu-0 to be offered to it first.
+			res, err := b.pool.Run(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{
+				Timeouts: pool.Timeouts{Start: 5 * time.Second}, PreferBackends: []string{"gpu-0"}})
 			require.NoError(t, err)
 			assert.Equal(t, "gpu-1", res.Backend)
 			require.Len(t, res.Attempts, 2)
