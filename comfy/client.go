@@ -116,6 +116,7 @@ type Client struct {
 	logger  *slog.Logger
 
 	baseURL *url.URL      // parsed base, for host comparisons and URL building
+	secrets *scrubber     // the credentials, to keep them out of errors and logs
 	closed  atomic.Bool   // set by Close
 	closeMu chan struct{} // 1-slot semaphore serialising Close
 
@@ -229,6 +230,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		baseURL: u,
 		logger:  o.Logger,
 		closeMu: make(chan struct{}, 1),
+		secrets: newScrubber(secretValues(&o)...),
 	}
 	c.http, c.ownHTTP = c.newHTTPClient(o.HTTPClient)
 	c.sess.init(c)

@@ -113,14 +113,14 @@ func (s *session) dial(ctx context.Context) (*websocket.Conn, string, error) {
 		HTTPHeader: c.wsHeader(),
 	})
 	if err != nil {
-		return nil, "", redact(err, u, c)
+		return nil, "", c.redact(err, u)
 	}
 	conn.SetReadLimit(c.opts.ReadLimit)
 	if c.opts.PreviewMetadata {
 		// Must be the first message; the reply (if any) is not awaited.
 		if err := conn.Write(dctx, websocket.MessageText, featureFlagsMessage); err != nil {
 			conn.CloseNow()
-			return nil, "", redact(err, u, c)
+			return nil, "", c.redact(err, u)
 		}
 	}
 	return conn, clientID, nil
@@ -227,9 +227,10 @@ func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan s
 		}
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: undecodable websocket message",
-				slog.Int("bytes", len(data)), slog.String("error", err.Error()))
+				slog.Int("bytes", len(data)), slog.String("error", s.c.scrub(err.Error())))
 			continue
 		}
+		s.c.scrubMessage(m)
 		if s.log.Enabled(ctx, slog.LevelDebug) {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: websocket message",
 				slog.String("type", m.MessageType()), slog.String("prompt_id", m.PromptOf()))

@@ -127,9 +127,11 @@ func TestRequestErrorHidesURLError(t *testing.T) {
 	defer c.Close(context.Background())
 	full := c.endpoint("/prompt", nil)
 	_, _ = http.NewRequest("GET", full, nil)
-	cause := errors.New("dial " + full + "?token=tok-SECRET failed")
-	e := &requestError{Method: "GET", URL: c.base + "/prompt", Err: redact(cause, full, c)}
-	assert.ErrorIs(t, e, cause, "the redacted error keeps the chain")
+	cause := fmt.Errorf("dial %s?token=tok-SECRET failed: %w", full, timeoutErr{})
+	e := &requestError{Method: "GET", URL: c.base + "/prompt", Err: c.redact(cause, full)}
+	assert.ErrorIs(t, e, timeoutErr{}, "the redacted error keeps the clean causes")
+	assert.NotErrorIs(t, e, cause, "the layer that quoted the token is not reachable")
+	assert.True(t, e.Timeout())
 	assert.NotContains(t, e.Error(), "tok-SECRET")
 	assert.True(t, strings.HasPrefix(e.Error(), "comfy: GET http://127.0.0.1:1/prompt: "))
 	assert.True(t, (&requestError{Err: timeoutErr{}}).Timeout())

@@ -99,10 +99,10 @@ func (c *Client) upload(ctx context.Context, apiPath string, body io.Reader, fil
 		Type      string `json:"type"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, badResponse(op, err.Error())
+		return nil, c.badResponse(op, err.Error())
 	}
 	if w.Name == "" {
-		return nil, badResponse(op, "answer has no name")
+		return nil, c.badResponse(op, "answer has no name")
 	}
 	return &FileRef{Filename: w.Name, Subfolder: w.Subfolder, Type: cmpOr(w.Type, o.Type)}, nil
 }

@@ -148,10 +148,11 @@ func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, e
 	}
 	entries, err := decodeHistory(b)
 	if err != nil {
-		return nil, badResponse("GET "+c.prefix()+r.path, err.Error())
+		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
 	for _, e := range entries {
 		if e.PromptID == promptID {
+			c.scrubEntry(e)
 			return e, nil
 		}
 	}
@@ -179,7 +180,10 @@ func (c *Client) HistoryList(ctx context.Context, opts *HistoryOptions) ([]*Hist
 	}
 	entries, err := decodeHistory(b)
 	if err != nil {
-		return nil, badResponse("GET "+c.prefix()+r.path, err.Error())
+		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
+	}
+	for _, e := range entries {
+		c.scrubEntry(e)
 	}
 	return entries, nil
 }

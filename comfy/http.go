@@ -24,10 +24,10 @@ func (c *Client) readBody(resp *http.Response, r request, limit int64) ([]byte, 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: redact(err, c.endpoint(r.path, r.query), c)}
+		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: c.redact(err, c.endpoint(r.path, r.query))}
 	}
 	if int64(len(b)) > limit {
-		return nil, badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
+		return nil, c.badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
 	}
 	return b, nil
 }
@@ -49,7 +49,7 @@ func (c *Client) call(ctx context.Context, r request, limit int64, out any) erro
 		return err
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return badResponse(r.method+" "+c.prefix()+r.path, err.Error())
+		return c.badResponse(r.method+" "+c.prefix()+r.path, err.Error())
 	}
 	return nil
 }
@@ -87,12 +87,10 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 	if err != nil {
 		return nil, err
 	}
-	pr, err := decodePromptResponse(resp.StatusCode, c.prefix()+r.path, b)
-	var he *HTTPError
-	if errors.As(err, &he) {
-		he.Body = c.scrub(he.Body)
-	}
-	return pr, err
+	// Scrubbed before decoding, so that no field of the answer or of the
+	// error (node errors, details, extra_info, a cut body) holds a
+	// credential the server echoed.
+	return decodePromptResponse(resp.StatusCode, c.prefix()+r.path, []byte(c.scrub(string(b))))
 }
 
 // QueueRemaining returns the number of prompts pending or running (GET /prompt).

@@ -57,7 +57,7 @@ func (c *Client) Queue(ctx context.Context) (*QueueState, error) {
 	}
 	q, err := decodeQueueState(w.Running, w.Pending)
 	if err != nil {
-		return nil, badResponse("GET "+c.prefix()+"/queue", err.Error())
+		return nil, c.badResponse("GET "+c.prefix()+"/queue", err.Error())
 	}
 	return q, nil
 }

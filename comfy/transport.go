@@ -209,6 +209,9 @@ func (e *requestError) Timeout() bool {
 	return errors.As(e.Err, &t) && t.Timeout()
 }
 
+// errorBodyLimit is how much of an error answer's body HTTPError keeps.
+const errorBodyLimit = 4 << 10
+
 // request describes one HTTP call.
 type request struct {
 	method string
@@ -229,8 +232,11 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return nil, &HTTPError{Method: r.method, Path: c.prefix() + r.path, StatusCode: resp.StatusCode, Body: c.scrub(string(b))}
+		// Scrub, then cut: read beyond the cut so that a credential
+		// straddling it is recognised whole.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit+int64(c.secrets.margin)))
+		return nil, &HTTPError{Method: r.method, Path: c.prefix() + r.path, StatusCode: resp.StatusCode,
+			Body: c.secrets.scrubCut(string(b), errorBodyLimit)}
 	}
 	return resp, nil
 }
@@ -244,7 +250,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	full := c.endpoint(r.path, r.query)
 	req, err := http.NewRequestWithContext(ctx, r.method, full, r.body)
 	if err != nil {
-		return nil, fmt.Errorf("comfy: %s %s: %w", r.method, c.prefix()+r.path, redact(err, full, c))
+		return nil, fmt.Errorf("comfy: %s %s: %w", r.method, c.prefix()+r.path, c.redact(err, full))
 	}
 	if r.ctype != "" {
 		req.Header.Set("Content-Type", r.ctype)
@@ -256,7 +262,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: redact(err, full, c)}
+		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: c.redact(err, full)}
 	}
 	return resp, nil
 }
@@ -268,63 +274,20 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// redact returns err unless its message contains a secret, in which case it
-// returns an error with the secrets replaced, keeping the chain via Unwrap.
-func redact(err error, full string, c *Client) error {
-	msg := err.Error()
-	clean := strings.ReplaceAll(msg, full, c.base)
-	clean = c.scrub(clean)
-	if clean == msg {
-		return err
-	}
-	return &redactedError{msg: clean, err: err}
+// redact returns err with every credential removed from its message and
+// its chain (see scrubber.redact); each of urls, a request URL that may
+// carry the query token, is replaced by the base URL first.
+func (c *Client) redact(err error, urls ...string) error {
+	return c.secrets.redact(err, c.base, urls...)
 }
 
-// scrub replaces every secret the client knows with "REDACTED".
-func (c *Client) scrub(s string) string {
-	for _, sec := range c.secrets() {
-		if len(sec) >= 3 {
-			s = strings.ReplaceAll(s, sec, "REDACTED")
-		}
-	}
-	return s
-}
-
-// secrets lists the credential values of the client.
-func (c *Client) secrets() []string {
-	o := c.opts
-	out := []string{o.Password, o.BearerToken, o.QueryToken}
-	if o.Username != "" {
-		out = append(out, base64.StdEncoding.EncodeToString([]byte(o.Username+":"+o.Password)))
-	}
-	if o.QueryToken != "" {
-		out = append(out, url.QueryEscape(o.QueryToken))
-	}
-	for _, vs := range o.Header {
-		out = append(out, vs...)
-	}
-	return out
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+// scrub replaces every credential of the client, in any encoding, with
+// "REDACTED".
+func (c *Client) scrub(s string) string { return c.secrets.scrub(s) }
 
 // redactError returns err with every credential of the client (password,
 // basic-auth value, bearer token, query token, extra header values)
-// replaced by "REDACTED" in its message, keeping the chain for errors.Is
-// and errors.As. For errors that may quote a URL or header, such as those of
-// websocket.Dial.
-func (c *Client) redactError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if s := c.scrub(err.Error()); s != err.Error() {
-		return &redactedError{msg: s, err: err}
-	}
-	return err
-}
+// replaced by "REDACTED" in its message and in its chain, keeping the clean
+// causes for errors.Is and errors.As. For errors that may quote a URL or
+// header, such as those of websocket.Dial.
+func (c *Client) redactError(err error) error { return c.redact(err) }
