@@ -58,6 +58,16 @@ type ClientOptions struct {
 	// connection, which then reconnects.
 	ReadLimit int64
 
+	// BodyLimit bounds the size of one HTTP answer read into memory: the
+	// large ones (/object_info, /history, /queue) up to BodyLimit, the
+	// others up to 1 MiB or BodyLimit if smaller. Defaults to 64 MiB. A
+	// larger answer is an error wrapping [ErrBadResponse], found without
+	// reading it when the server announces its length. Memory: an answer
+	// that is too large costs at most BodyLimit while it is read; one that
+	// fits costs its size, twice for a moment when the server did not
+	// announce its length (chunked), plus what it decodes to.
+	BodyLimit int64
+
 	// PingInterval is how often a protocol ping checks that the socket is
 	// alive (the server sends nothing on an idle socket). Defaults to 15s;
 	// -1 disables pings.
@@ -128,6 +138,7 @@ type Client struct {
 // Default values of [ClientOptions] fields.
 const (
 	DefaultReadLimit           int64 = 64 << 20
+	DefaultBodyLimit           int64 = 64 << 20
 	DefaultPingInterval              = 15 * time.Second
 	DefaultPingTimeout               = 10 * time.Second
 	DefaultReconnectMin              = 250 * time.Millisecond
@@ -150,6 +161,7 @@ func (o *ClientOptions) withDefaults() ClientOptions {
 	c.Header = c.Header.Clone()
 	c.QueryTokenParam = cmp.Or(c.QueryTokenParam, DefaultQueryTokenParam)
 	c.ReadLimit = cmp.Or(c.ReadLimit, DefaultReadLimit)
+	c.BodyLimit = cmp.Or(c.BodyLimit, DefaultBodyLimit)
 	c.PingInterval = cmp.Or(c.PingInterval, DefaultPingInterval)
 	c.PingTimeout = cmp.Or(c.PingTimeout, DefaultPingTimeout)
 	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
@@ -170,6 +182,8 @@ func (o *ClientOptions) validate() error {
 	switch {
 	case o.ReadLimit < 0:
 		return errors.New("comfy: ClientOptions.ReadLimit cannot be negative")
+	case o.BodyLimit < 0:
+		return errors.New("comfy: ClientOptions.BodyLimit cannot be negative")
 	case o.PingInterval < -1:
 		return errors.New("comfy: ClientOptions.PingInterval must be positive, or -1 to disable pings")
 	case o.PingTimeout < 0:

@@ -3,6 +3,7 @@ package comfy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -211,8 +212,18 @@ func (s *session) serve(ctx context.Context, conn *websocket.Conn, clientID stri
 // read is the connection's only reader. It always reads (control frames
 // arrive on the read path) and returns the error that ended the connection.
 func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan struct{}) error {
+	limit := s.c.opts.ReadLimit
 	for first := true; ; first = false {
-		typ, data, err := conn.Read(ctx)
+		// Not conn.Read: its io.ReadAll costs several times the limit
+		// for a message that is too large.
+		typ, r, err := conn.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		data, err := readLimited(r, limit, -1)
+		if errors.Is(err, errTooLarge) {
+			return fmt.Errorf("comfy: websocket message larger than %d bytes: %w", limit, websocket.ErrMessageTooBig)
+		}
 		if err != nil {
 			return err
 		}

@@ -89,7 +89,7 @@ func (c *Client) upload(ctx context.Context, apiPath string, body io.Reader, fil
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.readBody(resp, r, smallLimit)
+	b, err := c.readBody(resp, r, c.smallLimit())
 	if err != nil {
 		return nil, err
 	}

@@ -142,7 +142,7 @@ func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, e
 		return nil, errors.New("comfy: History: empty prompt id")
 	}
 	r := request{method: http.MethodGet, path: "/history/" + url.PathEscape(promptID)}
-	b, err := c.fetch(ctx, r, bigLimit)
+	b, err := c.fetch(ctx, r, c.bigLimit())
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func (c *Client) HistoryList(ctx context.Context, opts *HistoryOptions) ([]*Hist
 		}
 	}
 	r := request{method: http.MethodGet, path: "/history", query: q}
-	b, err := c.fetch(ctx, r, bigLimit)
+	b, err := c.fetch(ctx, r, c.bigLimit())
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (c *Client) DeleteHistory(ctx context.Context, ids ...string) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // ClearHistory removes every history entry (POST /history {"clear": true}).
@@ -207,7 +207,7 @@ func (c *Client) ClearHistory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // decodeHistory decodes a /history answer, an object of prompt id to entry,

@@ -11,25 +11,118 @@ import (
 	"net/url"
 )
 
-// Response size limits. JSON answers that can be large (the whole
-// /object_info, history lists) get bigLimit; everything else smallLimit.
-const (
-	bigLimit   = 64 << 20
-	smallLimit = 1 << 20
-)
+// smallBodyLimit bounds the answers that are small by nature; the large
+// ones (the whole /object_info, history lists, the queue) get
+// ClientOptions.BodyLimit.
+const smallBodyLimit = 1 << 20
+
+// bigLimit is the bound of the large answers.
+func (c *Client) bigLimit() int64 { return c.opts.BodyLimit }
+
+// smallLimit is the bound of the other answers.
+func (c *Client) smallLimit() int64 { return min(smallBodyLimit, c.opts.BodyLimit) }
 
 // readBody reads and closes resp.Body, at most limit bytes. A longer body is
 // an error wrapping ErrBadResponse; a read failure is a *requestError.
 func (c *Client) readBody(resp *http.Response, r request, limit int64) ([]byte, error) {
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	b, err := readLimited(resp.Body, limit, resp.ContentLength)
+	if errors.Is(err, errTooLarge) {
+		return nil, c.badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
+	}
 	if err != nil {
 		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: c.redact(err, c.endpoint(r.path, r.query))}
 	}
-	if int64(len(b)) > limit {
-		return nil, c.badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
-	}
 	return b, nil
+}
+
+// errTooLarge is returned by readLimited for data beyond its limit.
+var errTooLarge = errors.New("comfy: message too large")
+
+// Chunk sizes of readLimited.
+const (
+	firstChunk = 16 << 10
+	maxChunk   = 1 << 20
+)
+
+// readLimited reads r to its end and returns what it read, or errTooLarge
+// once more than limit bytes arrived. size is the length announced (for
+// example Content-Length), or -1: an announced length above limit fails at
+// once, one within it is read into a buffer of exactly that size. Without
+// it, the data is read into chunks of growing size, each no larger than
+// what the limit still allows, then joined: unlike io.ReadAll, which
+// doubles its buffer and leaves each old one as garbage, data that is too
+// large costs at most limit bytes (plus one), and data that fits costs its
+// size, twice while it is joined.
+func readLimited(r io.Reader, limit, size int64) ([]byte, error) {
+	if size > limit {
+		return nil, errTooLarge
+	}
+	var chunks [][]byte
+	var total int64
+	if size >= 0 {
+		// The announced length; a longer stream continues in chunks below.
+		b := make([]byte, size)
+		n, err := fill(r, b)
+		if err == io.EOF {
+			return b[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var probe [1]byte
+		if _, err := fill(r, probe[:]); err == io.EOF {
+			return b, nil
+		} else if err != nil {
+			return nil, err
+		}
+		chunks, total = [][]byte{b, {probe[0]}}, size+1
+	}
+	next := int64(firstChunk)
+	for {
+		room := limit + 1 - total // one byte more than allowed tells "too large"
+		if room <= 0 {
+			return nil, errTooLarge
+		}
+		b := make([]byte, min(next, room))
+		next = min(2*next, maxChunk)
+		n, err := fill(r, b)
+		total += int64(n)
+		chunks = append(chunks, b[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if total > limit {
+		return nil, errTooLarge
+	}
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	out := make([]byte, 0, total)
+	for i, b := range chunks {
+		out = append(out, b...)
+		chunks[i] = nil
+	}
+	return out, nil
+}
+
+// fill reads into b until it is full (nil error) or r ends (io.EOF, with
+// the bytes read before) or fails. Unlike io.ReadFull it keeps a reader's
+// own io.ErrUnexpectedEOF (a body cut short) distinct from the end.
+func fill(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // fetch sends r, expects 2xx, and returns the body, at most limit bytes.
@@ -83,7 +176,7 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.readBody(resp, r, smallLimit)
+	b, err := c.readBody(resp, r, c.smallLimit())
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +194,7 @@ func (c *Client) QueueRemaining(ctx context.Context) (int, error) {
 		} `json:"exec_info"`
 	}
 	r := request{method: http.MethodGet, path: "/prompt"}
-	if err := c.call(ctx, r, smallLimit, &w); err != nil {
+	if err := c.call(ctx, r, c.smallLimit(), &w); err != nil {
 		return 0, err
 	}
 	if w.ExecInfo == nil {
@@ -122,7 +215,7 @@ func (c *Client) Interrupt(ctx context.Context, promptID string) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // FreeOptions is the body of POST /free.
@@ -139,7 +232,7 @@ func (c *Client) Free(ctx context.Context, opts FreeOptions) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // SystemStats is the answer of GET /system_stats.
@@ -175,7 +268,7 @@ type Device struct {
 // (GET /system_stats). It is a cheap liveness probe.
 func (c *Client) SystemStats(ctx context.Context) (*SystemStats, error) {
 	var s SystemStats
-	if err := c.call(ctx, request{method: http.MethodGet, path: "/system_stats"}, smallLimit, &s); err != nil {
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/system_stats"}, c.smallLimit(), &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -258,14 +351,14 @@ func comboStrings(opts []any) []string {
 // ObjectInfo returns the node classes the server knows (GET /object_info),
 // or only class (GET /object_info/{class}) when class is not empty. An
 // unknown class gives an empty map and no error. The full answer is often
-// several megabytes; it is read up to 64 MiB.
+// several megabytes; it is read up to ClientOptions.BodyLimit.
 func (c *Client) ObjectInfo(ctx context.Context, class string) (map[string]NodeInfo, error) {
 	path := "/object_info"
 	if class != "" {
 		path += "/" + url.PathEscape(class)
 	}
 	var m map[string]NodeInfo
-	if err := c.call(ctx, request{method: http.MethodGet, path: path}, bigLimit, &m); err != nil {
+	if err := c.call(ctx, request{method: http.MethodGet, path: path}, c.bigLimit(), &m); err != nil {
 		return nil, err
 	}
 	if m == nil {
@@ -279,7 +372,7 @@ func (c *Client) ObjectInfo(ctx context.Context, class string) (map[string]NodeI
 // older server answers 404, which gives an empty map and no error.
 func (c *Client) Features(ctx context.Context) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
-	err := c.call(ctx, request{method: http.MethodGet, path: "/features"}, smallLimit, &m)
+	err := c.call(ctx, request{method: http.MethodGet, path: "/features"}, c.smallLimit(), &m)
 	if errors.Is(err, ErrNotFound) {
 		return map[string]json.RawMessage{}, nil
 	}

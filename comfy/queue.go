@@ -52,7 +52,7 @@ func (c *Client) Queue(ctx context.Context) (*QueueState, error) {
 		Pending []json.RawMessage `json:"queue_pending"`
 	}
 	r := request{method: http.MethodGet, path: "/queue"}
-	if err := c.call(ctx, r, bigLimit, &w); err != nil {
+	if err := c.call(ctx, r, c.bigLimit(), &w); err != nil {
 		return nil, err
 	}
 	q, err := decodeQueueState(w.Running, w.Pending)
@@ -140,7 +140,7 @@ func (c *Client) DeleteQueued(ctx context.Context, ids ...string) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // ClearQueue removes every pending prompt (POST /queue {"clear": true}),
@@ -153,7 +153,7 @@ func (c *Client) ClearQueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, r, smallLimit, nil)
+	return c.call(ctx, r, c.smallLimit(), nil)
 }
 
 // CancelPrompt makes sure the prompt promptID does not run, or stops it,
