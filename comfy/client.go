@@ -68,6 +68,21 @@ type ClientOptions struct {
 	// announce its length (chunked), plus what it decodes to.
 	BodyLimit int64
 
+	// RequestTimeout bounds each HTTP request, so that a server that
+	// accepts and never answers, or answers a byte at a time, cannot hold
+	// a call whose ctx has no deadline. Defaults to 30s; -1 disables it
+	// (ctx alone bounds the calls). A call's ctx may end it sooner. It
+	// bounds the whole of a JSON request (sending, headers and body). For
+	// the streaming calls it bounds each wait instead: [Client.View] waits
+	// at most RequestTimeout for the answer's headers and each Read of
+	// Body for data (the time between reads is the caller's and does not
+	// count; bound the whole download with ctx); an upload is abandoned
+	// when the server takes none of the file for RequestTimeout, and after
+	// the file is sent the answer gets RequestTimeout. A request ended by
+	// it fails with an error that matches context.DeadlineExceeded and is
+	// a net.Error whose Timeout is true.
+	RequestTimeout time.Duration
+
 	// PingInterval is how often a protocol ping checks that the socket is
 	// alive (the server sends nothing on an idle socket). Defaults to 15s;
 	// -1 disables pings.
@@ -139,6 +154,7 @@ type Client struct {
 const (
 	DefaultReadLimit           int64 = 64 << 20
 	DefaultBodyLimit           int64 = 64 << 20
+	DefaultRequestTimeout            = 30 * time.Second
 	DefaultPingInterval              = 15 * time.Second
 	DefaultPingTimeout               = 10 * time.Second
 	DefaultReconnectMin              = 250 * time.Millisecond
@@ -162,6 +178,7 @@ func (o *ClientOptions) withDefaults() ClientOptions {
 	c.QueryTokenParam = cmp.Or(c.QueryTokenParam, DefaultQueryTokenParam)
 	c.ReadLimit = cmp.Or(c.ReadLimit, DefaultReadLimit)
 	c.BodyLimit = cmp.Or(c.BodyLimit, DefaultBodyLimit)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.PingInterval = cmp.Or(c.PingInterval, DefaultPingInterval)
 	c.PingTimeout = cmp.Or(c.PingTimeout, DefaultPingTimeout)
 	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
@@ -184,6 +201,8 @@ func (o *ClientOptions) validate() error {
 		return errors.New("comfy: ClientOptions.ReadLimit cannot be negative")
 	case o.BodyLimit < 0:
 		return errors.New("comfy: ClientOptions.BodyLimit cannot be negative")
+	case o.RequestTimeout < -1:
+		return errors.New("comfy: ClientOptions.RequestTimeout must be positive, or -1 to disable it")
 	case o.PingInterval < -1:
 		return errors.New("comfy: ClientOptions.PingInterval must be positive, or -1 to disable pings")
 	case o.PingTimeout < 0:

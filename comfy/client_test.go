@@ -51,6 +51,8 @@ func TestDefaultsFilled(t *testing.T) {
 	defer c.Close(context.Background())
 	o := c.opts
 	assert.Equal(t, DefaultReadLimit, o.ReadLimit)
+	assert.Equal(t, DefaultBodyLimit, o.BodyLimit)
+	assert.Equal(t, DefaultRequestTimeout, o.RequestTimeout)
 	assert.Equal(t, DefaultPingInterval, o.PingInterval)
 	assert.Equal(t, DefaultPingTimeout, o.PingTimeout)
 	assert.Equal(t, DefaultReconnectMin, o.ReconnectMin)

@@ -75,23 +75,29 @@ func (c *Client) upload(ctx context.Context, apiPath string, body io.Reader, fil
 		ref, _ = json.Marshal(original) // FileRef always marshals
 	}
 
+	// RequestTimeout runs while a write of the form waits for the
+	// transport to take it (restarted by every read the transport makes),
+	// then, once the form is sent, for the answer.
+	wd := c.watch(ctx, "no progress")
+	defer wd.stop()
 	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
+	mw := multipart.NewWriter(&watchedWriter{wr: pw, w: wd})
 	done := make(chan struct{})
 	go func() { // owned: upload waits for it below
 		defer close(done)
 		pw.CloseWithError(writeUpload(mw, body, filename, o, ref))
+		wd.arm()
 	}()
-	r := request{method: http.MethodPost, path: apiPath, body: pr, ctype: mw.FormDataContentType()}
-	resp, err := c.do(ctx, r)
+	r := request{method: http.MethodPost, path: apiPath, body: &watchedReader{r: pr, w: wd}, ctype: mw.FormDataContentType()}
+	resp, err := c.do(wd.ctx, r)
 	pr.CloseWithError(errors.New("comfy: upload finished")) // unblocks the writer if the server stopped reading
 	<-done
 	if err != nil {
-		return nil, err
+		return nil, wd.check(c, r, err)
 	}
 	b, err := c.readBody(resp, r, c.smallLimit())
 	if err != nil {
-		return nil, err
+		return nil, wd.check(c, r, err)
 	}
 	var w struct {
 		Name      string `json:"name"`
@@ -159,7 +165,8 @@ type ViewResponse struct {
 }
 
 // View downloads a file (GET /view), streaming: the caller reads and closes
-// Body; ctx bounds the whole download. A missing file is an [*HTTPError]
+// Body; ctx bounds the whole download, and ClientOptions.RequestTimeout
+// the wait for the answer and each Read's wait for data. A missing file is an [*HTTPError]
 // with StatusCode 404 that matches errors.Is(err, ErrNotFound). ref.Type
 // defaults to "output" on the server when empty.
 func (c *Client) View(ctx context.Context, ref FileRef, opts *ViewOptions) (*ViewResponse, error) {
@@ -180,9 +187,15 @@ func (c *Client) View(ctx context.Context, ref FileRef, opts *ViewOptions) (*Vie
 			q.Set("channel", opts.Channel)
 		}
 	}
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/view", query: q, accept: "*/*"})
+	r := request{method: http.MethodGet, path: "/view", query: q, accept: "*/*"}
+	w := c.watch(ctx, "no data")
+	w.arm()
+	resp, err := c.do(w.ctx, r)
+	w.disarm()
 	if err != nil {
-		return nil, err
+		w.stop()
+		return nil, w.check(c, r, err)
 	}
-	return &ViewResponse{Body: resp.Body, ContentType: resp.Header.Get("Content-Type"), ContentLength: resp.ContentLength}, nil
+	return &ViewResponse{Body: &watchedBody{body: resp.Body, w: w, c: c, r: r},
+		ContentType: resp.Header.Get("Content-Type"), ContentLength: resp.ContentLength}, nil
 }

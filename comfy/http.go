@@ -126,12 +126,17 @@ func fill(r io.Reader, b []byte) (int, error) {
 }
 
 // fetch sends r, expects 2xx, and returns the body, at most limit bytes.
+// RequestTimeout bounds the whole request.
 func (c *Client) fetch(ctx context.Context, r request, limit int64) ([]byte, error) {
-	resp, err := c.do(ctx, r)
+	w := c.watch(ctx, "no answer")
+	defer w.stop()
+	w.arm()
+	resp, err := c.do(w.ctx, r)
 	if err != nil {
-		return nil, err
+		return nil, w.check(c, r, err)
 	}
-	return c.readBody(resp, r, limit)
+	b, err := c.readBody(resp, r, limit)
+	return b, w.check(c, r, err)
 }
 
 // call sends r, expects 2xx, and decodes a JSON answer into out (nil: the
@@ -172,13 +177,16 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: %w", c.prefix(), ErrInvalidWorkflow, err)
 	}
 	r := request{method: http.MethodPost, path: "/prompt", body: bytes.NewReader(body), ctype: "application/json"}
-	resp, err := c.send(ctx, r)
+	w := c.watch(ctx, "no answer")
+	defer w.stop()
+	w.arm()
+	resp, err := c.send(w.ctx, r)
 	if err != nil {
-		return nil, err
+		return nil, w.check(c, r, err)
 	}
 	b, err := c.readBody(resp, r, c.smallLimit())
 	if err != nil {
-		return nil, err
+		return nil, w.check(c, r, err)
 	}
 	// Scrubbed before decoding, so that no field of the answer or of the
 	// error (node errors, details, extra_info, a cut body) holds a

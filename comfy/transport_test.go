@@ -228,6 +228,8 @@ func TestNewClientValidation(t *testing.T) {
 		field string
 	}{
 		{comfy.ClientOptions{ReadLimit: -1}, "ReadLimit"},
+		{comfy.ClientOptions{BodyLimit: -1}, "BodyLimit"},
+		{comfy.ClientOptions{RequestTimeout: -2}, "RequestTimeout"},
 		{comfy.ClientOptions{PingInterval: -2}, "PingInterval"},
 		{comfy.ClientOptions{ReconnectMin: 10e9, ReconnectMax: 1e9}, "ReconnectMax"},
 		{comfy.ClientOptions{SilenceThreshold: -5}, "SilenceThreshold"},
