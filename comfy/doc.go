@@ -23,7 +23,10 @@
 // [Client.ObjectInfo], [Client.Features] and [Client.Free]. Both old and new
 // server versions are understood (error envelopes, node_errors shapes,
 // history without status, queue items with extra elements). Answers are
-// read with size limits, and a hanging server is bounded by the context.
+// read with size limits (ClientOptions.BodyLimit and ReadLimit; an answer
+// too large costs at most its limit in memory), and a hanging or
+// dribbling server is bounded by ClientOptions.RequestTimeout and the
+// context.
 //
 // Workflows are API-format graphs: [ParseWorkflow] decodes one keeping
 // 64-bit numbers exact, [Workflow.SetInput] edits it and [AsLink] recognises
@@ -98,5 +101,9 @@
 // to a storage host) none of them is forwarded. No Origin header is sent.
 // Credentials never appear in errors or logs: URLs in errors are the base
 // URL plus the path, without query, and net/http's *url.Error is replaced by
-// an error with that redacted URL.
+// an error with that redacted URL. Whatever a server echoes back (a request
+// quoted in an error body, a validation envelope or an execution_error), in
+// whatever encoding (JSON or URL escapes, HTML entities, base64 of basic
+// auth), each credential and each prefix of 8 or more characters of it is
+// replaced by "REDACTED" in every error, typed error field and log line.
 package comfy
