@@ -133,7 +133,12 @@ func (s *scrubber) scrub(text string) string {
 			continue
 		}
 		end := -1
+		c := text[i]
+		escape := c == '\\' || c == '%' || c == '&' || c == '+'
 		for _, lit := range s.lits {
+			if c != lit.units[0].b[0] && !escape {
+				continue // cannot start here: a fast path for ordinary text
+			}
 			if e := lit.matchAt(text, i); e > end {
 				end = e
 			}
@@ -192,31 +197,32 @@ func (s *scrubber) scrubJSON(raw json.RawMessage) json.RawMessage {
 // the literal as an automaton over the set of positions each character can
 // end at, since one character has several encodings.
 func (lit literal) matchAt(text string, i int) int {
-	pos := []int{i}
-	var next []int
+	var pos, next posSet
+	pos.add(i)
 	matched, end := 0, -1
 	for k, u := range lit.units {
-		next = next[:0]
-		for _, p := range pos {
-			next = u.ends(text, p, next)
+		next.n = 0
+		for _, p := range pos.all() {
+			u.ends(text, p, &next)
 		}
-		if len(next) == 0 {
+		if next.n == 0 {
 			break
 		}
-		pos, next = next, pos
+		pos = next
 		matched = k + 1
-		end = max(end, maxOf(pos))
+		end = max(end, pos.max())
 	}
 	switch {
 	case matched == len(lit.units):
 		if lit.padded {
 			pad := unit{r: '=', b: "="}
 			for range 2 {
-				e := pad.ends(text, end, nil)
-				if len(e) == 0 {
+				var e posSet
+				pad.ends(text, end, &e)
+				if e.n == 0 {
 					break
 				}
-				end = maxOf(e)
+				end = e.max()
 			}
 		}
 		return end
@@ -226,96 +232,118 @@ func (lit literal) matchAt(text string, i int) int {
 	return -1
 }
 
-func maxOf(s []int) int {
+// posSet is a small set of text positions, without allocation. The
+// encodings of one character end at a few positions at most; more are
+// dropped.
+type posSet struct {
+	n int
+	v [8]int
+}
+
+func (s *posSet) add(e int) {
+	for _, x := range s.v[:s.n] {
+		if x == e {
+			return
+		}
+	}
+	if s.n < len(s.v) {
+		s.v[s.n] = e
+		s.n++
+	}
+}
+
+func (s *posSet) all() []int { return s.v[:s.n] }
+
+func (s *posSet) max() int {
 	m := -1
-	for _, v := range s {
+	for _, v := range s.v[:s.n] {
 		m = max(m, v)
 	}
 	return m
 }
 
-// addEnd appends e to ends unless it is there already.
-func addEnd(ends []int, e int) []int {
-	for _, x := range ends {
-		if x == e {
-			return ends
-		}
-	}
-	return append(ends, e)
-}
-
-// ends appends to out every position where an encoding of u that starts
-// at text[p] ends.
-func (u unit) ends(text string, p int, out []int) []int {
+// ends adds to out every position where an encoding of u that starts at
+// text[p] ends.
+func (u unit) ends(text string, p int, out *posSet) {
 	// Byte by byte: raw, %XX, + for a space, \xNN. This also covers a
 	// character written raw.
-	bpos := []int{p}
-	for j := 0; j < len(u.b) && len(bpos) > 0; j++ {
-		var nb []int
-		for _, q := range bpos {
-			nb = byteEnds(text, q, u.b[j], nb)
+	var bpos, nb posSet
+	bpos.add(p)
+	for j := 0; j < len(u.b) && bpos.n > 0; j++ {
+		nb.n = 0
+		for _, q := range bpos.all() {
+			byteEnds(text, q, u.b[j], &nb)
 		}
 		bpos = nb
 	}
-	for _, e := range bpos {
-		out = addEnd(out, e)
+	for _, e := range bpos.all() {
+		out.add(e)
 	}
-	if u.byteOnly {
-		return out
+	if u.byteOnly || p >= len(text) {
+		return
 	}
 	// As a character: backslash escapes and HTML entities.
-	if u.r == '\\' {
-		// A backslash, escaped any number of times.
-		for q := p; q < len(text) && text[q] == '\\' && q-p < maxBackslashes; q++ {
-			out = addEnd(out, q+1)
+	switch text[p] {
+	case '\\':
+		if u.r == '\\' {
+			// A backslash, escaped any number of times.
+			for q := p; q < len(text) && text[q] == '\\' && q-p < maxBackslashes; q++ {
+				out.add(q + 1)
+			}
+		}
+		if r, e, ok := escapeAt(text, p); ok && r == u.r {
+			out.add(e)
+		}
+	case '&':
+		if r, e, ok := entityAt(text, p); ok && r == u.r {
+			out.add(e)
 		}
 	}
-	if r, e, ok := escapeAt(text, p); ok && r == u.r {
-		out = addEnd(out, e)
-	}
-	if r, e, ok := entityAt(text, p); ok && r == u.r {
-		out = addEnd(out, e)
-	}
-	return out
 }
 
-// byteEnds appends where an encoding of byte c starting at text[p] ends.
-func byteEnds(text string, p int, c byte, out []int) []int {
+// byteEnds adds where an encoding of byte c starting at text[p] ends.
+func byteEnds(text string, p int, c byte, out *posSet) {
 	if p >= len(text) {
-		return out
+		return
 	}
-	if text[p] == c {
-		out = append(out, p+1)
-	}
-	if c == ' ' && text[p] == '+' {
-		out = append(out, p+1)
+	switch t := text[p]; {
+	case t == c:
+		out.add(p + 1)
+		if c != '%' && c != '\\' {
+			return
+		}
+	case t == '+':
+		if c == ' ' {
+			out.add(p + 1)
+		}
+		return
+	case t != '%' && t != '\\':
+		return
 	}
 	if text[p] == '%' {
 		// %XX, or %25XX, %2525XX (encoded again).
 		for q, n := p+1, 0; n < 4 && q+2 <= len(text); n++ {
 			// A space may also be a '+' that was encoded again.
 			if v, ok := hexVal(text[q : q+2]); ok && (byte(v) == c || c == ' ' && v == '+') {
-				out = append(out, q+2)
+				out.add(q + 2)
 			}
 			if text[q:q+2] != "25" {
 				break
 			}
 			q += 2
 		}
+		return
 	}
-	if text[p] == '\\' {
-		// Python's bytes repr: \xNN, escaped any number of times.
-		q := p
-		for q < len(text) && text[q] == '\\' && q-p < maxBackslashes {
-			q++
-		}
-		if q < len(text) && text[q] == 'x' {
-			if v, ok := hexVal(text[q+1 : min(q+3, len(text))]); ok && byte(v) == c {
-				out = append(out, q+3)
-			}
+	// Python's bytes repr: \xNN, escaped any number of times.
+	q := p
+	for q < len(text) && text[q] == '\\' && q-p < maxBackslashes {
+		q++
+	}
+	if q+3 <= len(text) && text[q] == 'x' {
+		if v, ok := hexVal(text[q+1 : q+3]); ok && byte(v) == c {
+			out.add(q + 3)
 		}
 	}
-	return out
 }
 
 // escapeAt decodes a backslash escape at text[p] (after any number of
