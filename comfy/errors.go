@@ -8,9 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
+
+	"github.com/comfypool/comfypool/internal/models"
 )
 
 // Sentinel errors. Each is returned wrapped; test with errors.Is.
@@ -179,24 +180,14 @@ func (e *PromptError) Error() string {
 	return b.String()
 }
 
-// modelInputs are input names that select a model file.
-var modelInputs = []string{
-	"ckpt_name", "lora_name", "vae_name", "unet_name", "clip_name", "clip_name1",
-	"clip_name2", "clip_name3", "clip_name4", "control_net_name", "controlnet_name",
-	"model_name", "upscale_model_name", "style_model_name", "gligen_name",
-	"hypernetwork_name", "clip_vision_name", "audio_encoder_name", "ipadapter_file",
-	"instantid_file", "photomaker_model_name", "model_path",
-}
-
-// modelExts are file extensions of model files.
-var modelExts = []string{".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx", ".pkl"}
-
 // MissingOnServer reports whether the rejection is about something this
 // particular server lacks, so that another server may accept the same
 // prompt: an unknown node class (error type invalid_prompt naming a class
 // that "does not exist", or missing_node_type on newer servers), or a
 // value_not_in_list reason on a model-file input (ckpt_name, lora_name, ...,
-// or a received value ending in .safetensors, .ckpt, .pt, ...). When node
+// or a received value ending in .safetensors, .ckpt, .pt, ...: the same
+// rules by which package hash keeps model file names in the structure
+// hash). When node
 // errors are present, every reason must be of that kind: a prompt that also
 // has an out-of-range value fails everywhere.
 func (e *PromptError) MissingOnServer() bool {
@@ -233,17 +224,11 @@ func (d *ErrorDetail) missingModel() bool {
 		// Details reads "ckpt_name: 'x.safetensors' not in [...]".
 		name, _, _ = strings.Cut(d.Details, ":")
 	}
-	if slices.Contains(modelInputs, strings.TrimSpace(name)) {
+	if models.IsInput(strings.TrimSpace(name)) {
 		return true
 	}
 	v, _ := x.ReceivedValue.(string)
-	v = strings.ToLower(v)
-	for _, ext := range modelExts {
-		if strings.HasSuffix(v, ext) {
-			return true
-		}
-	}
-	return false
+	return models.IsFile(v)
 }
 
 // Error implements error, for example "comfy: prompt da61...: node 2

@@ -39,12 +39,18 @@
 // A string literal is kept as a model file name when either
 //
 //   - its input name selects a model: ckpt_name, config_name, vae_name,
-//     lora_name, lora_name_<anything>, control_net_name, unet_name,
-//     clip_name, clip_name<digits>, upscale_model_name, model_name,
-//     style_model_name, gligen_name, hypernetwork_name, embedding,
-//     photomaker_model_name, audio_encoder_name; or
+//     lora_name, lora_name_<anything>, control_net_name, controlnet_name,
+//     unet_name, clip_name, clip_name<digits>, clip_vision_name,
+//     upscale_model_name, model_name, model_path, style_model_name,
+//     gligen_name, hypernetwork_name, embedding, photomaker_model_name,
+//     audio_encoder_name, ipadapter_file, instantid_file; or
 //   - its value ends in a model file extension, compared case-insensitively:
-//     .safetensors, .ckpt, .pt, .pth, .bin, .gguf, .onnx, .sft.
+//     .safetensors, .ckpt, .pt, .pth, .bin, .gguf, .onnx, .sft, .pkl.
+//
+// These are the rules by which package comfy tells a model missing on one
+// server from a bad value (comfy.PromptError.MissingOnServer), so that a
+// failover block keyed by this hash covers exactly the workflows that need
+// the missing model.
 //
 // The file name is kept byte for byte (case and path separators count),
 // because that is what the backend looks up. The second rule also catches

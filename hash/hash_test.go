@@ -166,11 +166,18 @@ func TestModelFileRules(t *testing.T) {
 		{"gligen_name", "x", "y"},
 		{"hypernetwork_name", "x", "y"},
 		{"embedding", "x", "y"},
+		{"controlnet_name", "x", "y"},
+		{"clip_vision_name", "x", "y"},
+		{"ipadapter_file", "x", "y"},
+		{"instantid_file", "x", "y"},
+		{"model_path", "x", "y"},
+		{"clip_name4", "x", "y"},
 		{"anything", "a.safetensors", "b.safetensors"}, // by extension
 		{"anything", "a.CKPT", "b.ckpt"},
 		{"anything", "a.pt", "a.pth"},
 		{"anything", "a.bin", "a.onnx"},
 		{"anything", "a.gguf", "a.sft"},
+		{"anything", "a.pkl", "b.PKL"},
 		{"ckpt_name", "Model.safetensors", "model.safetensors"}, // case matters in names
 	}
 	for _, k := range kept {

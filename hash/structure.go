@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/comfypool/comfypool/internal/models"
 )
 
 // Domain-separation prefixes of the structure hash. Changing what a node
@@ -24,60 +26,6 @@ const (
 	kindModel   byte = 'm' // a model file name: name and value count
 	kindLink    byte = 'l' // a link: name, output index, source digest
 )
-
-// modelInputNames are input names whose string value selects a model file.
-var modelInputNames = map[string]bool{
-	"ckpt_name":             true,
-	"config_name":           true,
-	"vae_name":              true,
-	"lora_name":             true,
-	"control_net_name":      true,
-	"unet_name":             true,
-	"clip_name":             true,
-	"upscale_model_name":    true,
-	"model_name":            true,
-	"style_model_name":      true,
-	"gligen_name":           true,
-	"hypernetwork_name":     true,
-	"embedding":             true,
-	"photomaker_model_name": true,
-	"audio_encoder_name":    true,
-}
-
-// modelFileExts are file-name suffixes (compared case-insensitively) that
-// mark a string value as a model file name, whatever the input is called.
-var modelFileExts = []string{".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".onnx", ".sft"}
-
-// isModelInput reports whether name is a model-selecting input name:
-// one of modelInputNames, lora_name_<anything>, or clip_name<digits>.
-func isModelInput(name string) bool {
-	if modelInputNames[name] {
-		return true
-	}
-	if strings.HasPrefix(name, "lora_name_") {
-		return true
-	}
-	if rest, ok := strings.CutPrefix(name, "clip_name"); ok && rest != "" {
-		for i := 0; i < len(rest); i++ {
-			if rest[i] < '0' || rest[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// looksLikeModelFile reports whether v ends in a model file extension,
-// ignoring case.
-func looksLikeModelFile(v string) bool {
-	for _, ext := range modelFileExts {
-		if len(v) >= len(ext) && strings.EqualFold(v[len(v)-len(ext):], ext) {
-			return true
-		}
-	}
-	return false
-}
 
 type input struct {
 	name  string
@@ -238,7 +186,7 @@ func parseInput(id, name string, v any) (input, error) {
 		}
 		in.kind, in.value, in.index = kindLink, src, idx
 	case string:
-		if isModelInput(name) || looksLikeModelFile(v) {
+		if models.IsInput(name) || models.IsFile(v) {
 			in.kind, in.value = kindModel, v
 		}
 	}
