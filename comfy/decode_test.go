@@ -250,8 +250,7 @@ func TestHistoryEntryErr(t *testing.T) {
 	require.ErrorAs(t, herr, &ee)
 	assert.Equal(t, "IndexError", ee.ExceptionType)
 	assert.Equal(t, "2", ee.NodeID)
-	assert.True(t, IsWorkflowFault(herr))
-	assert.False(t, IsRetryable(herr))
+	assert.False(t, ee.OutOfMemory())
 
 	entries, err = decodeHistory([]byte(goldenHistoryIntr))
 	require.NoError(t, err)
@@ -260,7 +259,6 @@ func TestHistoryEntryErr(t *testing.T) {
 	var ie *InterruptedError
 	require.ErrorAs(t, herr, &ie)
 	assert.Equal(t, "ImageBlur", ie.Msg.NodeType)
-	assert.False(t, IsRetryable(herr))
 
 	entries, err = decodeHistory([]byte(oldHistory))
 	require.NoError(t, err)
@@ -347,7 +345,7 @@ func TestDecodePromptResponse(t *testing.T) {
 		var he *HTTPError
 		require.ErrorAs(t, err, &he)
 		assert.Equal(t, "comfy: POST /prompt: 500 Internal Server Error: 500 Internal Server Error Server got itself in trouble", he.Error())
-		assert.True(t, IsRetryable(err))
+		assert.Equal(t, 500, StatusCode(err))
 	})
 	for name, body := range map[string]string{
 		"garbage":      `<html>`,
@@ -357,7 +355,6 @@ func TestDecodePromptResponse(t *testing.T) {
 		t.Run("200 "+name, func(t *testing.T) {
 			_, err := decodePromptResponse(200, "/prompt", []byte(body))
 			assert.ErrorIs(t, err, ErrBadResponse)
-			assert.True(t, IsRetryable(err))
 		})
 	}
 }
@@ -514,8 +511,8 @@ func FuzzPromptResponse(f *testing.F) {
 			return
 		}
 		_ = err.Error()
-		_ = IsRetryable(err)
-		_ = IsWorkflowFault(err)
+		_ = StatusCode(err)
+		_ = IsNetworkError(err)
 		if r != nil {
 			t.Fatal("response with error")
 		}

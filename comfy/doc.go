@@ -83,11 +83,13 @@
 // errors.As. [*HTTPError] is an unexpected status, [*PromptError] a
 // validation failure of POST /prompt, [*ExecutionError] a node that raised
 // while running, [ErrInterrupted] an interrupted prompt, [ErrBadResponse] an
-// answer that could not be decoded. Two classifiers answer the question
-// a pool of servers asks: [IsRetryable] (the server's fault: another server
-// or a later attempt may succeed, including a missing model or node class
-// and an out-of-memory error) and [IsWorkflowFault] (the workflow is bad and
-// will fail everywhere). [StatusCode] extracts an HTTP status.
+// answer that could not be decoded, [ErrPromptLost] a prompt the server
+// forgot. Accessors state what happened without deciding anything:
+// [StatusCode] extracts an HTTP status, [PromptError.MissingOnServer] tells
+// a node class or model this server lacks from a bad workflow,
+// [ExecutionError.OutOfMemory] an out-of-memory failure, [IsNetworkError] a
+// failure below HTTP. Whether a failure is worth retrying elsewhere is
+// decided in one place, failover.Classify.
 //
 // # Authentication
 //

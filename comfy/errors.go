@@ -42,10 +42,10 @@ var (
 	// of a shared server deleting it or clearing the queue through POST
 	// /queue), as seen over a socket that stayed connected (a restart the
 	// socket did not see, behind a proxy that kept it open, reads the same
-	// way). It is distinct from ErrPromptLost. It is retryable: the
-	// workflow did not run, so resubmitting it (on this or another server)
-	// runs it once; and the failure says nothing about the workflow, nor
-	// that the server is faulty. A Prompt's Wait returns it wrapped; test with errors.Is.
+	// way). It is distinct from ErrPromptLost. The workflow did not run,
+	// so resubmitting it (on this or another server) runs it once, and the
+	// failure says nothing about the workflow (failover.Classify retries
+	// it). A Prompt's Wait returns it wrapped; test with errors.Is.
 	// A prompt this Client deleted itself ([Prompt.Interrupt],
 	// [Client.DeleteQueued], [Client.ClearQueue]) ends with
 	// [ErrInterrupted] instead.
@@ -241,7 +241,7 @@ func (e *ExecutionError) Error() string {
 // OutOfMemory reports whether the node failed by running out of (GPU)
 // memory: the exception type is torch.OutOfMemoryError,
 // torch.cuda.OutOfMemoryError or another *OutOfMemoryError. Such a failure
-// depends on the server, so [IsRetryable] reports true for it.
+// depends on the server: another one may have more memory.
 func (e *ExecutionError) OutOfMemory() bool {
 	return strings.HasSuffix(e.ExceptionType, "OutOfMemoryError")
 }
@@ -263,70 +263,19 @@ func (e *InterruptedError) Error() string {
 // Unwrap returns ErrInterrupted.
 func (e *InterruptedError) Unwrap() error { return ErrInterrupted }
 
-// IsRetryable reports whether err is the server's fault, so that the same
-// request may succeed when retried, typically on another server:
-//
-//   - HTTP 5xx, 429 and 408 answers ([*HTTPError]);
-//   - network errors and timeouts, including context.DeadlineExceeded (a
-//     per-request deadline hit by a hanging server);
-//   - [ErrPromptLost], [ErrNotConnected] and [ErrBadResponse];
-//   - a [*PromptError] for which [PromptError.MissingOnServer] is true;
-//   - an [*ExecutionError] whose exception is an out-of-memory error
-//     ([ExecutionError.OutOfMemory]): another server may have more memory.
-//
-// It reports false for nil, validation errors, other execution errors (the
-// workflow's own failure), [ErrInterrupted], context.Canceled (the caller
-// gave up), [ErrClosed] and [ErrInvalidWorkflow].
-func IsRetryable(err error) bool {
-	if err == nil {
+// IsNetworkError reports whether err is a failure below HTTP: the server
+// was not reached or the connection failed before a complete answer
+// (connection refused or reset, DNS, TLS, a timeout, a body cut short with
+// io.ErrUnexpectedEOF). It reports false for a request the caller
+// cancelled (context.Canceled). It states a fact; whether to retry is
+// decided by package failover.
+func IsNetworkError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) ||
-		errors.Is(err, ErrInterrupted) || errors.Is(err, ErrInvalidWorkflow) {
-		return false
-	}
-	var ee *ExecutionError
-	if errors.As(err, &ee) {
-		return ee.OutOfMemory()
-	}
-	var pe *PromptError
-	if errors.As(err, &pe) {
-		return pe.MissingOnServer()
-	}
-	var he *HTTPError
-	if errors.As(err, &he) {
-		return he.StatusCode >= 500 || he.StatusCode == http.StatusTooManyRequests ||
-			he.StatusCode == http.StatusRequestTimeout
-	}
-	if errors.Is(err, ErrPromptLost) || errors.Is(err, ErrNotConnected) || errors.Is(err, ErrBadResponse) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
 	}
 	var re *requestError
-	return errors.As(err, &re)
-}
-
-// IsWorkflowFault reports whether err says the workflow itself is bad, so
-// that running it anywhere else fails the same way: a [*PromptError] that
-// is not [PromptError.MissingOnServer], an [*ExecutionError] that is not
-// out of memory, or [ErrInvalidWorkflow].
-func IsWorkflowFault(err error) bool {
-	if errors.Is(err, ErrInvalidWorkflow) {
-		return true
-	}
-	var ee *ExecutionError
-	if errors.As(err, &ee) {
-		return !ee.OutOfMemory()
-	}
-	var pe *PromptError
-	if errors.As(err, &pe) {
-		return !pe.MissingOnServer()
-	}
-	return false
+	var ne net.Error
+	return errors.As(err, &re) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // StatusCode returns the HTTP status carried by an [*HTTPError] or

@@ -50,8 +50,6 @@ func TestMissingOnServer(t *testing.T) {
 			tt.err.StatusCode = 400
 			assert.Equal(t, tt.want, tt.err.MissingOnServer())
 			err := fmt.Errorf("submit: %w", &tt.err)
-			assert.Equal(t, tt.want, IsRetryable(err))
-			assert.Equal(t, !tt.want, IsWorkflowFault(err))
 			assert.Equal(t, 400, StatusCode(err))
 		})
 	}
@@ -63,41 +61,43 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
-func TestIsRetryable(t *testing.T) {
+// TestFacts pins what the accessors report for every kind of error the
+// client returns. They state facts; failover.Classify decides.
+func TestFacts(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
-		name           string
-		err            error
-		retry, wfFault bool
+		name    string
+		err     error
+		status  int
+		network bool
 	}{
-		{"nil", nil, false, false},
-		{"500", &HTTPError{StatusCode: 500}, true, false},
-		{"502 wrapped", fmt.Errorf("x: %w", &HTTPError{StatusCode: 502}), true, false},
-		{"429", &HTTPError{StatusCode: 429}, true, false},
-		{"408", &HTTPError{StatusCode: 408}, true, false},
-		{"404", &HTTPError{StatusCode: 404}, false, false},
-		{"401", &HTTPError{StatusCode: 401}, false, false},
-		{"network", &requestError{Method: "GET", URL: "u", Err: &net.OpError{Op: "dial", Err: os.ErrNotExist}}, true, false},
-		{"net timeout", &requestError{Method: "GET", URL: "u", Err: timeoutErr{}}, true, false},
-		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, false},
-		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), true, false},
-		{"caller cancel", &requestError{Err: context.Canceled}, false, false},
-		{"prompt lost", fmt.Errorf("p: %w", ErrPromptLost), true, false},
-		{"not connected", ErrNotConnected, true, false},
-		{"bad response", badResponse("GET /queue", "x"), true, false},
-		{"closed", fmt.Errorf("x: %w", ErrClosed), false, false},
-		{"interrupted", &InterruptedError{Msg: &ExecutionInterrupted{PromptID: "p"}}, false, false},
-		{"invalid workflow", fmt.Errorf("%w: no nodes", ErrInvalidWorkflow), false, true},
-		{"execution error", &ExecutionError{ExceptionType: "IndexError"}, false, true},
-		{"torch OOM", &ExecutionError{ExceptionType: "torch.OutOfMemoryError"}, true, false},
-		{"cuda OOM", fmt.Errorf("run: %w", &ExecutionError{ExceptionType: "torch.cuda.OutOfMemoryError"}), true, false},
-		{"plain", errors.New("something"), false, false},
+		{"nil", nil, 0, false},
+		{"500", &HTTPError{StatusCode: 500}, 500, false},
+		{"502 wrapped", fmt.Errorf("x: %w", &HTTPError{StatusCode: 502}), 502, false},
+		{"404", &HTTPError{StatusCode: 404}, 404, false},
+		{"prompt error", &PromptError{StatusCode: 400}, 400, false},
+		{"network", &requestError{Method: "GET", URL: "u", Err: &net.OpError{Op: "dial", Err: os.ErrNotExist}}, 0, true},
+		{"net timeout", &requestError{Method: "GET", URL: "u", Err: timeoutErr{}}, 0, true},
+		{"request deadline", &requestError{Method: "GET", URL: "u", Err: context.DeadlineExceeded}, 0, true},
+		{"transport failure that is no net.Error", &requestError{Method: "GET", URL: "u", Err: errors.New("tls: bad certificate")}, 0, true},
+		{"bare net.Error", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, 0, true},
+		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), 0, true},
+		{"caller cancel", &requestError{Err: context.Canceled}, 0, false},
+		{"prompt lost", fmt.Errorf("p: %w", ErrPromptLost), 0, false},
+		{"bad response", badResponse("GET /queue", "x"), 0, false},
+		{"closed", fmt.Errorf("x: %w", ErrClosed), 0, false},
+		{"execution error", &ExecutionError{ExceptionType: "IndexError"}, 0, false},
+		{"plain", errors.New("something"), 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.retry, IsRetryable(tt.err), "IsRetryable")
-			assert.Equal(t, tt.wfFault, IsWorkflowFault(tt.err), "IsWorkflowFault")
+			assert.Equal(t, tt.status, StatusCode(tt.err), "StatusCode")
+			assert.Equal(t, tt.network, IsNetworkError(tt.err), "IsNetworkError")
 		})
 	}
+	assert.True(t, (&ExecutionError{ExceptionType: "torch.OutOfMemoryError"}).OutOfMemory())
+	assert.True(t, (&ExecutionError{ExceptionType: "torch.cuda.OutOfMemoryError"}).OutOfMemory())
+	assert.False(t, (&ExecutionError{ExceptionType: "RuntimeError"}).OutOfMemory())
 }
 
 func TestErrorStrings(t *testing.T) {

@@ -69,7 +69,7 @@ func ExampleClient_UploadImage() {
 	// photo (1).png input
 }
 
-func ExampleIsRetryable() {
+func ExamplePromptError_MissingOnServer() {
 	srv := comfytest.NewServer(nil)
 	defer srv.Close()
 
@@ -88,10 +88,10 @@ func ExampleIsRetryable() {
 	_, err = c.QueuePrompt(ctx, &comfy.PromptRequest{Prompt: wf})
 	var pe *comfy.PromptError
 	fmt.Println(errors.As(err, &pe), pe.Err.Type)
-	fmt.Println("retry elsewhere:", comfy.IsRetryable(err), "workflow fault:", comfy.IsWorkflowFault(err))
+	fmt.Println("missing on this server:", pe.MissingOnServer())
 	// Output:
 	// true invalid_prompt
-	// retry elsewhere: true workflow fault: false
+	// missing on this server: true
 }
 
 func TestAgainstComfytest(t *testing.T) {
@@ -148,13 +148,12 @@ func TestAgainstComfytest(t *testing.T) {
 	}
 	var ee *comfy.ExecutionError
 	require.ErrorAs(t, entry.Err(), &ee)
-	assert.True(t, comfy.IsWorkflowFault(entry.Err()))
+	assert.False(t, ee.OutOfMemory())
 
-	// Fault injection: a 503 is retryable and carries the status.
+	// Fault injection: a 503 carries the status.
 	srv.FailNext("/system_stats", 1, http.StatusServiceUnavailable)
 	_, err = c.SystemStats(ctx)
 	assert.Equal(t, 503, comfy.StatusCode(err))
-	assert.True(t, comfy.IsRetryable(err))
 	_, err = c.SystemStats(ctx)
 	assert.NoError(t, err)
 }

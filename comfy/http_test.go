@@ -308,42 +308,41 @@ func TestBasePathKept(t *testing.T) {
 func TestQueuePromptErrors(t *testing.T) {
 	wf := comfy.Workflow{"1": {ClassType: "EmptyImage", Inputs: map[string]any{}}}
 	tests := []struct {
-		name      string
-		status    int
-		body      string
-		check     func(t *testing.T, err error)
-		retryable bool
+		name   string
+		status int
+		body   string
+		check  func(t *testing.T, err error)
 	}{
 		{"400 new shape unknown class", 400, `{"error": {"type": "invalid_prompt", "message": "Cannot execute because node NoSuchNode does not exist.", "details": "Node ID '#1'", "extra_info": {}}, "node_errors": {}}`,
 			func(t *testing.T, err error) {
 				var pe *comfy.PromptError
 				require.ErrorAs(t, err, &pe)
 				assert.True(t, pe.MissingOnServer())
-				assert.False(t, comfy.IsWorkflowFault(err))
-			}, true},
+			}},
 		{"400 validation", 400, `{"error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation", "details": "", "extra_info": {}}, "node_errors": {"1": {"errors": [{"type": "value_smaller_than_min", "message": "Value 0 smaller than min of 1", "details": "width", "extra_info": {"input_name": "width", "received_value": 0}}], "dependent_outputs": ["3"], "class_type": "EmptyImage"}}}`,
 			func(t *testing.T, err error) {
 				var pe *comfy.PromptError
 				require.ErrorAs(t, err, &pe)
 				assert.Equal(t, "value_smaller_than_min", pe.NodeErrors["1"].Errors[0].Type)
-				assert.True(t, comfy.IsWorkflowFault(err))
-			}, false},
+				assert.False(t, pe.MissingOnServer())
+			}},
 		{"400 old string shape", 400, `{"error": "no prompt", "node_errors": []}`,
 			func(t *testing.T, err error) {
 				var pe *comfy.PromptError
 				require.ErrorAs(t, err, &pe)
 				assert.Equal(t, "no prompt", pe.Err.Message)
-			}, false},
+				assert.False(t, pe.MissingOnServer())
+			}},
 		{"500 text", 500, "500 Internal Server Error\n\nServer got itself in trouble",
 			func(t *testing.T, err error) {
 				var he *comfy.HTTPError
 				require.ErrorAs(t, err, &he)
 				assert.Equal(t, 500, comfy.StatusCode(err))
 				assert.Contains(t, he.Body, "Server got itself in trouble")
-			}, true},
-		{"429", 429, "slow down", func(t *testing.T, err error) { assert.Equal(t, 429, comfy.StatusCode(err)) }, true},
-		{"413 too large", 413, "", func(t *testing.T, err error) { assert.Equal(t, 413, comfy.StatusCode(err)) }, false},
-		{"garbage 200", 200, `<html>proxy login</html>`, func(t *testing.T, err error) { assert.ErrorIs(t, err, comfy.ErrBadResponse) }, true},
+			}},
+		{"429", 429, "slow down", func(t *testing.T, err error) { assert.Equal(t, 429, comfy.StatusCode(err)) }},
+		{"413 too large", 413, "", func(t *testing.T, err error) { assert.Equal(t, 413, comfy.StatusCode(err)) }},
+		{"garbage 200", 200, `<html>proxy login</html>`, func(t *testing.T, err error) { assert.ErrorIs(t, err, comfy.ErrBadResponse) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -354,7 +353,7 @@ func TestQueuePromptErrors(t *testing.T) {
 			assert.Nil(t, resp)
 			assert.True(t, strings.HasPrefix(err.Error(), "comfy: POST /prompt: "), err.Error())
 			tt.check(t, err)
-			assert.Equal(t, tt.retryable, comfy.IsRetryable(err))
+			assert.False(t, comfy.IsNetworkError(err), "the server answered")
 		})
 	}
 }
@@ -402,13 +401,13 @@ func TestHangingServerBoundedByContext(t *testing.T) {
 	_, err := c.SystemStats(ctx)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.True(t, comfy.IsRetryable(err), "a server that hangs is the server's fault")
+	assert.True(t, comfy.IsNetworkError(err), "a server that hangs")
 
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
 	_, err = c.SystemStats(ctx)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.False(t, comfy.IsRetryable(err), "the caller gave up")
+	assert.False(t, comfy.IsNetworkError(err), "the caller gave up")
 }
 
 func TestUploadImageUsesReturnedName(t *testing.T) {
@@ -524,7 +523,7 @@ func TestViewStreams(t *testing.T) {
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, 404, he.StatusCode)
 	assert.ErrorIs(t, err, comfy.ErrNotFound)
-	assert.False(t, comfy.IsRetryable(err))
+	assert.False(t, comfy.IsNetworkError(err))
 }
 
 func TestCloseThenErrClosed(t *testing.T) {
@@ -557,7 +556,7 @@ func TestCloseThenErrClosed(t *testing.T) {
 	for name, call := range calls {
 		err := call()
 		assert.ErrorIs(t, err, comfy.ErrClosed, name)
-		assert.False(t, comfy.IsRetryable(err), name)
+		assert.False(t, comfy.IsNetworkError(err), name)
 	}
 	assert.Len(t, f.requests(), n, "nothing sent after Close")
 }

@@ -121,8 +121,8 @@ type ExecutionSuccess struct {
 }
 
 // ExecutionError reports a node that raised while running. It is also the
-// error returned for such a prompt: it implements error, and
-// [IsWorkflowFault] reports true for it.
+// error returned for such a prompt: it implements error. Unless
+// [ExecutionError.OutOfMemory], it is the workflow's own failure.
 type ExecutionError struct {
 	PromptID         string
 	NodeID           string

@@ -237,7 +237,7 @@ func TestRunExecutionError(t *testing.T) {
 	assert.NotEmpty(t, ee.ExceptionType)
 	assert.NotEmpty(t, ee.ExceptionMessage)
 	assert.NotEmpty(t, ee.Traceback)
-	assert.True(t, comfy.IsWorkflowFault(err))
+	assert.False(t, ee.OutOfMemory())
 	assert.NotErrorIs(t, err, comfy.ErrInterrupted)
 }
 

@@ -118,7 +118,7 @@ func assertTimedOut(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.True(t, comfy.IsRetryable(err), "a server that does not answer is the server's fault")
+	assert.True(t, comfy.IsNetworkError(err), "a server that does not answer")
 	var ne net.Error
 	assert.True(t, errors.As(err, &ne) && ne.Timeout(), "a net.Error timeout: %v", err)
 	assert.Contains(t, err.Error(), "RequestTimeout")

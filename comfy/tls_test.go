@@ -61,7 +61,7 @@ func TestTLSUntrustedCertificate(t *testing.T) {
 
 	_, err = c.SystemStats(t.Context())
 	require.Error(t, err)
-	assert.True(t, comfy.IsRetryable(err), "a TLS failure is the server's side: %v", err)
+	assert.True(t, comfy.IsNetworkError(err), "a TLS failure is below HTTP: %v", err)
 	assert.NotContains(t, err.Error(), "s3cret-pw")
 	assert.NotContains(t, err.Error(), "tok-123")
 }

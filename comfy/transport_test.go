@@ -196,7 +196,7 @@ func TestSecretsAbsentFromErrors(t *testing.T) {
 			c := newClient(t, withUser(deadURL), opts())
 			_, err := c.SystemStats(context.Background())
 			check(t, err)
-			assert.True(t, comfy.IsRetryable(err))
+			assert.True(t, comfy.IsNetworkError(err))
 			var ne net.Error
 			assert.ErrorAs(t, err, &ne, "the network error stays reachable")
 			assert.Contains(t, err.Error(), "comfy: GET "+deadURL+"/system_stats: ")

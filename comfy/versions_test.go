@@ -32,8 +32,7 @@ func TestOldServerExecutionError(t *testing.T) {
 		assert.Equal(t, "IndexError", ee.ExceptionType)
 		assert.NotEmpty(t, ee.ExceptionMessage)
 		assert.Equal(t, []string{"1"}, ee.CurrentOutputs, "the node ids of the old object")
-		assert.True(t, comfy.IsWorkflowFault(err))
-		assert.False(t, comfy.IsRetryable(err))
+		assert.False(t, ee.OutOfMemory(), "the workflow's own failure")
 		assert.Contains(t, rec.types(), comfy.TypeExecutionError, "delivered on the socket, not dropped")
 	})
 }

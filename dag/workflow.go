@@ -403,43 +403,39 @@ func idempotencyKey(execution, token, node string, run int) string {
 }
 
 // retryable reports whether err, the failure of a job that ran, is one
-// that another backend may not have (see WorkflowConfig.Retries), in this
-// order:
+// that another backend may not have (see WorkflowConfig.Retries). The
+// policy is failover's; retryable only adds what failover cannot know:
 //
-//   - never a panic (*PanicError), a cancellation or interruption, the
-//     Runner's own refusals (pool.ErrClosed, pool.ErrInvalid,
-//     pool.ErrNotFound) or a bad workflow or input (comfy.ErrInvalidWorkflow,
-//     ErrBadParam);
-//   - always an out-of-memory execution error (a GPU with more memory may
-//     do);
-//   - never the workflow's own failure (comfy.IsWorkflowFault: a
-//     *comfy.PromptError that is not MissingOnServer, a node that raised);
-//   - for a *pool.JobError ended by its last attempt, the pool's
-//     classification of that attempt: retried when its Class is
-//     failover.ClassBackend (the pool gave up on a backend fault);
-//   - otherwise comfy.IsRetryable.
+//   - never the dag's own outcomes (a panic, *PanicError; a cancellation,
+//     ErrCancelled; a bad input value, ErrBadParam) nor the Runner's
+//     answers about the job rather than a backend (pool.ErrCancelled,
+//     pool.ErrClosed, pool.ErrInvalid, pool.ErrNotFound);
+//   - for a *pool.JobError ended by its last attempt, the class the
+//     pool's failover policy gave that attempt: retried when it is
+//     failover.ClassBackend (an attempt a Runner left unclassified,
+//     ClassNone, is classified below);
+//   - never a job ended by its own queue or overall timeout (pool.ErrTimeout
+//     not from an attempt): the node's time is up;
+//   - otherwise failover.Classify: retried when it says ClassBackend
+//     (which is also its rule for an error it does not know).
 func retryable(err error) bool {
 	var pe *PanicError
-	if errors.As(err, &pe) || errors.Is(err, ErrCancelled) || errors.Is(err, pool.ErrCancelled) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, comfy.ErrInterrupted) ||
-		errors.Is(err, pool.ErrClosed) || errors.Is(err, pool.ErrInvalid) || errors.Is(err, pool.ErrNotFound) ||
-		errors.Is(err, comfy.ErrInvalidWorkflow) || errors.Is(err, ErrBadParam) {
-		return false
-	}
-	var ee *comfy.ExecutionError
-	if errors.As(err, &ee) && ee.OutOfMemory() {
-		return true
-	}
-	if comfy.IsWorkflowFault(err) {
+	if errors.As(err, &pe) || errors.Is(err, ErrCancelled) || errors.Is(err, ErrBadParam) ||
+		errors.Is(err, pool.ErrCancelled) || errors.Is(err, pool.ErrClosed) ||
+		errors.Is(err, pool.ErrInvalid) || errors.Is(err, pool.ErrNotFound) {
 		return false
 	}
 	var je *pool.JobError
 	if errors.As(err, &je) && len(je.Attempts) > 0 {
-		if a := je.Attempts[len(je.Attempts)-1]; a.Err != nil && errors.Is(je.Err, a.Err) {
+		a := je.Attempts[len(je.Attempts)-1]
+		if a.Err != nil && errors.Is(je.Err, a.Err) && a.Class != failover.ClassNone {
 			return a.Class == failover.ClassBackend
 		}
 	}
-	return comfy.IsRetryable(err)
+	if errors.Is(err, pool.ErrTimeout) {
+		return false
+	}
+	return failover.Classify(err) == failover.ClassBackend
 }
 
 // enqueue calls Runner.Enqueue; a panic becomes a *PanicError.

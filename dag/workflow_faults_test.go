@@ -70,7 +70,7 @@ func reviewAskPanic(t *testing.T) {
 // from its output (outputsOf, workflow.go:353). With Retries 2 the same
 // GPU work runs three times before the node fails with the same error. A
 // *comfy.PromptError (the workflow does not validate) is retried the same
-// way. Retry only what comfy.IsRetryable (or the pool's classification)
+// way. Retry only what failover.Classify (or the pool's classification)
 // says is a backend fault, and never an outputsOf error.
 func TestWorkflowDeterministicFailureIsNotRetried(t *testing.T) {
 	t.Parallel()

@@ -1099,6 +1099,9 @@ func TestWorkflowRetryable(t *testing.T) {
 	job := func(err error, class failover.Class) error {
 		return &pool.JobError{JobID: "j", Err: err, Attempts: []pool.Attempt{{Backend: "b", Err: err, Class: class}}}
 	}
+	// ran is a job the pool ended on an attempt it classified with the
+	// default policy, failover.Classify.
+	ran := func(err error) error { return job(err, failover.Classify(err)) }
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -1107,25 +1110,32 @@ func TestWorkflowRetryable(t *testing.T) {
 		{"backend fault per the pool", job(boom, failover.ClassBackend), true},
 		{"workflow fault per the pool", job(boom, failover.ClassWorkflow), false},
 		{"cancelled per the pool", job(boom, failover.ClassCancelled), false},
-		{"start timeout (a backend attempt)", job(start, failover.ClassBackend), true},
+		{"the pool's class wins (a custom policy)", job(oom, failover.ClassWorkflow), false},
+		{"an attempt the Runner left unclassified", job(comfy.ErrPromptLost, failover.ClassNone), true},
+		{"an unclassified attempt of a bad workflow", job(raised, failover.ClassNone), false},
+		{"start timeout (a backend attempt)", ran(start), true},
 		{"overall timeout after a backend fault", &pool.JobError{Err: &pool.TimeoutError{Which: "overall"}, Attempts: []pool.Attempt{{Err: boom}}}, false},
 		{"queue timeout, no attempt", &pool.JobError{Err: &pool.TimeoutError{Which: "queue"}}, false},
-		{"out of memory, whatever the class", job(oom, failover.ClassWorkflow), true},
-		{"a node raised, whatever the class", job(raised, failover.ClassBackend), false},
-		{"prompt invalid, whatever the class", job(invalid, failover.ClassBackend), false},
-		{"missing on this server", job(missing, failover.ClassBackend), true},
+		{"out of memory", ran(oom), true},
+		{"a node raised", ran(raised), false},
+		{"prompt invalid", ran(invalid), false},
+		{"missing on this server", ran(missing), true},
 		{"server error, not from a pool", &comfy.HTTPError{StatusCode: 503}, true},
-		{"unknown error, not from a pool", boom, false},
+		{"out of memory, not from a pool", oom, true},
+		{"a node raised, not from a pool", raised, false},
+		// failover.Classify's rule for unknown errors: the backend's.
+		{"unknown error, not from a pool", boom, true},
 		{"truncated answer, not from a pool", io.ErrUnexpectedEOF, true},
 		{"panic", job(fmt.Errorf("%w (in Runner.Wait)", &PanicError{Value: 1}), failover.ClassBackend), false},
 		{"dag cancel", fmt.Errorf("%w: %w", ErrCancelled, boom), false},
 		{"pool cancel", pool.ErrCancelled, false},
-		{"context cancel", job(context.Canceled, failover.ClassBackend), false},
-		{"interrupted", job(&comfy.InterruptedError{}, failover.ClassBackend), false},
+		{"context cancel", ran(context.Canceled), false},
+		{"context cancel, not from a pool", context.Canceled, false},
+		{"interrupted", ran(&comfy.InterruptedError{}), false},
 		{"pool closed", pool.ErrClosed, false},
 		{"job forgotten", pool.ErrNotFound, false},
 		{"invalid argument", fmt.Errorf("%w: x", pool.ErrInvalid), false},
-		{"invalid workflow", job(fmt.Errorf("%w: x", comfy.ErrInvalidWorkflow), failover.ClassBackend), false},
+		{"invalid workflow", ran(fmt.Errorf("%w: x", comfy.ErrInvalidWorkflow)), false},
 		{"bad param", fmt.Errorf("%w: x", ErrBadParam), false},
 	} {
 		assert.Equal(t, tc.want, retryable(tc.err), "%s: %v", tc.name, tc.err)

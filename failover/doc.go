@@ -11,11 +11,15 @@
 // [EventUnblocked] at that moment so that a dispatcher waiting on the pair
 // wakes without polling. A success clears the pair.
 //
-// Only the backend's faults count. [Classify] sorts an error into
-// [ClassBackend] (HTTP 5xx, disconnects, timeouts, a lost prompt, a
-// validation error naming a model or node this server lacks),
+// Only the backend's faults count. [Classify] is the one place that
+// decides whether a failure is worth retrying elsewhere; the pool and
+// package dag both use it, while package comfy only reports what happened.
+// It sorts an error into [ClassBackend] (HTTP errors, disconnects,
+// timeouts, a lost prompt, a validation error naming a model or node this
+// server lacks, out of memory, and any error it does not know),
 // [ClassWorkflow] (a validation error or node error that every backend
-// would report: the job fails, nobody is blocked) and [ClassCancelled].
+// would report: the job fails, nobody is blocked) and [ClassCancelled]; nil
+// (a success) is [ClassNone].
 //
 // # Events
 //

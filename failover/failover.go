@@ -2,61 +2,10 @@ package failover
 
 import (
 	"cmp"
-	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
-
-	"github.com/comfypool/comfypool/comfy"
 )
-
-// Class says whose fault a failure is.
-type Class int
-
-const (
-	// ClassBackend is a fault of the backend (HTTP 5xx, a dropped
-	// connection, a timeout, a model or node missing on that server, a lost
-	// prompt): the job may succeed elsewhere, and the (backend, workflow)
-	// pair is counted towards a block.
-	ClassBackend Class = iota
-	// ClassWorkflow is the workflow's own fault (a validation error, a node
-	// that raised): it would fail on every backend, so the job fails and no
-	// backend is blocked.
-	ClassWorkflow
-	// ClassCancelled is a cancellation or interruption asked for by the
-	// caller: neither retried nor counted.
-	ClassCancelled
-)
-
-// String returns "backend", "workflow" or "cancelled".
-func (c Class) String() string {
-	switch c {
-	case ClassBackend:
-		return "backend"
-	case ClassWorkflow:
-		return "workflow"
-	case ClassCancelled:
-		return "cancelled"
-	}
-	return fmt.Sprintf("Class(%d)", int(c))
-}
-
-// Classify sorts an error from running a workflow on a backend into a
-// [Class]. It is the default classification of [SmartFailover]; it builds on
-// [comfy.IsRetryable] and [comfy.IsWorkflowFault].
-func Classify(err error) Class {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, comfy.ErrInterrupted):
-		return ClassCancelled
-	case comfy.IsWorkflowFault(err):
-		return ClassWorkflow
-	default:
-		// Unknown failures are the backend's: retrying elsewhere costs one
-		// attempt, wrongly failing a job loses it.
-		return ClassBackend
-	}
-}
 
 // Key names one (backend, workflow) pair. Workflow is the workflow's
 // structure hash (see package hash), in whatever string form the caller
@@ -98,7 +47,8 @@ type Strategy interface {
 	Allowed(k Key) bool
 	// RecordSuccess notes a successful run; it clears the pair's failures.
 	RecordSuccess(k Key)
-	// RecordFailure notes a failed run and returns the failure's class.
+	// RecordFailure notes a failed run and returns the failure's class
+	// (never ClassNone: see [Classify]).
 	RecordFailure(k Key, err error) Class
 }
 
@@ -116,7 +66,10 @@ type Config struct {
 	CooldownGrowth float64
 	// MaxCooldown caps a grown cooldown. Defaults to 10 times Cooldown.
 	MaxCooldown time.Duration
-	// Classify sorts failures. Defaults to [Classify].
+	// Classify sorts failures. Defaults to [Classify]. A custom function
+	// may refine it (for example, call Classify and then treat some
+	// errors of its own differently); ClassNone for a non-nil error
+	// counts as ClassBackend, the rule for unknown errors.
 	Classify func(error) Class
 	// OnEvent receives block and unblock events. It is called
 	// synchronously, from RecordFailure for blocks and from the failover's
@@ -224,6 +177,9 @@ func (f *SmartFailover) RecordSuccess(k Key) {
 // MaxFailuresBeforeBlock backend failures, and returns the failure's class.
 func (f *SmartFailover) RecordFailure(k Key, err error) Class {
 	class := f.cfg.Classify(err)
+	if class == ClassNone {
+		class = ClassBackend // a failure nobody classified: see Classify
+	}
 	if class != ClassBackend {
 		return class
 	}

@@ -2,7 +2,6 @@ package failover_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -119,19 +118,6 @@ func TestWorkflowFaultsAndCancelsBlockNobody(t *testing.T) {
 	assert.True(t, f.Allowed(keyA))
 	events, _ := rec.snapshot()
 	assert.Empty(t, events)
-}
-
-func TestClassifyBackendFaults(t *testing.T) {
-	for _, err := range []error{
-		errBackend,
-		fmt.Errorf("wait: %w", comfy.ErrPromptLost),
-		context.DeadlineExceeded,
-		errors.New("connection reset by peer"),
-		// A model this server lacks: another backend may have it.
-		&comfy.PromptError{StatusCode: 400, Err: comfy.ErrorDetail{Type: "invalid_prompt", Message: "Cannot execute because node FooLoader does not exist."}},
-	} {
-		assert.Equal(t, failover.ClassBackend, failover.Classify(err), "%v", err)
-	}
 }
 
 func TestCooldownGrowsAndIsCapped(t *testing.T) {

@@ -143,8 +143,11 @@ type Attempt struct {
 	Ended    time.Time
 	// Err is why the attempt failed; nil for the successful one.
 	Err error
-	// Class is whose fault Err is (failover.Classify); ClassCancelled for
-	// an attempt given back to the queue.
+	// Class is whose fault Err is, as the failover Strategy classified it
+	// (failover.Classify by default); failover.ClassNone for the
+	// successful attempt and failover.ClassCancelled for an attempt given
+	// back to the queue. It marshals as a stable word ("none", "backend",
+	// ...).
 	Class failover.Class
 }
 

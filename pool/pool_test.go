@@ -290,6 +290,28 @@ func TestBackendFaultRetriedElsewhere(t *testing.T) {
 	})
 }
 
+// TestSuccessfulAttemptIsNotABackendFault: the successful attempt of a
+// job that was retried must not read as a backend fault (the zero value
+// of failover.Class was ClassBackend).
+func TestSuccessfulAttemptIsNotABackendFault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, nil)
+		b.servers[0].FailNext("/prompt", 1, 500)
+		id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		res, err := b.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		require.Len(t, res.Attempts, 2)
+		failed, ok := res.Attempts[0], res.Attempts[1]
+		assert.Equal(t, "backend", failed.Class.String())
+		require.NoError(t, ok.Err)
+		assert.Equal(t, "none", ok.Class.String(), "the successful attempt")
+		raw, err := json.Marshal(ok)
+		require.NoError(t, err)
+		assert.Contains(t, string(raw), `"Class":"none"`, "a persisted attempt reads as a word")
+	})
+}
+
 func TestWorkflowFaultFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
