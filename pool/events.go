@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,13 +41,18 @@ const (
 	EventPoolStopped EventKind = "pool:stopped" // Stop finished; channels close next
 )
 
-var knownKinds = map[EventKind]bool{
-	EventJobQueued: true, EventJobStarted: true, EventJobProgress: true, EventJobPreview: true,
-	EventJobOutput: true, EventJobRetrying: true, EventJobCompleted: true, EventJobFailed: true,
-	EventJobCancelled: true, EventClientState: true, EventClientBlockedWorkflow: true,
-	EventClientUnblockedWorkflow: true, EventPoolReady: true, EventPoolStopped: true,
-	EventJobUnschedulable: true, EventClientCapabilities: true,
+// eventKinds lists every kind, in declaration order.
+var eventKinds = [...]EventKind{
+	EventJobQueued, EventJobStarted, EventJobProgress, EventJobPreview,
+	EventJobOutput, EventJobRetrying, EventJobCompleted, EventJobFailed,
+	EventJobCancelled, EventJobUnschedulable, EventClientState,
+	EventClientBlockedWorkflow, EventClientUnblockedWorkflow,
+	EventClientCapabilities, EventPoolReady, EventPoolStopped,
 }
+
+// EventKinds returns every event kind the Pool emits, in a fresh slice
+// the caller may change.
+func EventKinds() []EventKind { return slices.Clone(eventKinds[:]) }
 
 // Event is one event of the Pool. Kind says which payload field is set.
 type Event struct {
@@ -110,11 +116,11 @@ type bus struct {
 
 func (b *bus) subscribe(kinds []EventKind) (<-chan Event, func()) {
 	if len(kinds) == 0 {
-		panic("pool: Subscribe needs at least one event kind")
+		kinds = eventKinds[:]
 	}
 	s := &subscription{ch: make(chan Event, b.size), kinds: map[EventKind]bool{}}
 	for _, k := range kinds {
-		if !knownKinds[k] {
+		if !slices.Contains(eventKinds[:], k) {
 			panic(fmt.Sprintf("pool: Subscribe: unknown event kind %q", k))
 		}
 		s.kinds[k] = true

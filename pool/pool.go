@@ -377,9 +377,10 @@ func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
 func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
 
 // Subscribe returns a channel receiving the events of the given kinds, and a
-// function that ends the subscription (closing the channel). Kinds must be
-// listed explicitly; an unknown kind (or none) panics. Sends never block: a
-// full channel loses the event, counted in Stats.EventsDropped. Every
+// function that ends the subscription (closing the channel). No kinds means
+// every kind, including kinds added in later versions; EventKinds lists
+// today's. An unknown kind panics (a programming error). Sends never block:
+// a full channel loses the event, counted in Stats.EventsDropped. Every
 // channel is closed when Stop finishes.
 func (p *Pool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
 	return p.events.subscribe(kinds)

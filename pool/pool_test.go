@@ -584,7 +584,6 @@ func TestSubscribe(t *testing.T) {
 	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{{Name: "a", URL: "http://127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	assert.Panics(t, func() { p.Subscribe("job:nope") })
-	assert.Panics(t, func() { p.Subscribe() })
 	ch, unsub := p.Subscribe(pool.EventPoolStopped)
 	unsub()
 	_, open := <-ch
@@ -674,4 +673,35 @@ func runZeroJobs(t *testing.T, p *pool.Pool, n int) []string {
 		require.NoError(t, err)
 	}
 	return ids
+}
+
+// TestSubscribeWithoutKindsMeansEveryKind: Subscribe() used to panic.
+func TestSubscribeWithoutKindsMeansEveryKind(t *testing.T) {
+	t.Parallel()
+	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{{Name: "a", URL: "http://127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ch, _ := p.Subscribe()
+	events := collect(ch)
+	_, err = p.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+	require.NoError(t, err)
+	require.NoError(t, p.Stop(context.Background()))
+	var kinds []pool.EventKind
+	for _, e := range events() {
+		kinds = append(kinds, e.Kind)
+	}
+	assert.Equal(t, []pool.EventKind{pool.EventJobQueued, pool.EventPoolStopped}, kinds)
+}
+
+func TestEventKinds(t *testing.T) {
+	t.Parallel()
+	kinds := pool.EventKinds()
+	assert.Contains(t, kinds, pool.EventJobQueued)
+	assert.Contains(t, kinds, pool.EventPoolStopped)
+	assert.Len(t, kinds, 16)
+	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{{Name: "a", URL: "http://127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer p.Stop(context.Background())
+	assert.NotPanics(t, func() { p.Subscribe(kinds...) }, "every listed kind is known")
+	kinds[0] = "job:nope"
+	assert.Equal(t, pool.EventJobQueued, pool.EventKinds()[0], "a fresh slice each call")
 }
