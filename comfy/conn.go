@@ -22,9 +22,15 @@ var featureFlagsMessage = []byte(`{"type":"feature_flags","data":{"supports_prev
 
 // manage is the connection manager: it dials, serves the connection until
 // it drops, and reconnects with backoff, until the session is closed.
+//
+// A failed dial is logged once per state (connecting or reconnecting at
+// Info, offline at Warn), not once per attempt: a server down for an hour
+// gives two lines, not thousands. Client.Connect's error and the Offline
+// state carry the latest dial error meanwhile.
 func (s *session) manage() {
 	ctx := s.ctx
 	failures := 0
+	logged := StateIdle // the state whose dial failure was logged last
 	for {
 		conn, clientID, err := s.dial(ctx)
 		if err != nil {
@@ -37,13 +43,17 @@ func (s *session) manage() {
 			if failures >= offlineAfter {
 				s.setStateLocked(StateOffline)
 			}
+			st := s.state
 			s.mu.Unlock()
-			level := slog.LevelInfo
-			if failures >= offlineAfter {
-				level = slog.LevelWarn
+			if st != logged {
+				logged = st
+				level := slog.LevelInfo
+				if st == StateOffline {
+					level = slog.LevelWarn
+				}
+				s.log.LogAttrs(ctx, level, "comfy: websocket dial failed",
+					slog.String("state", st.String()), slog.Int("attempt", failures), slog.String("error", err.Error()))
 			}
-			s.log.LogAttrs(ctx, level, "comfy: websocket dial failed",
-				slog.Int("attempt", failures), slog.String("error", err.Error()))
 			if !s.backoff(ctx, failures) {
 				return
 			}
@@ -55,6 +65,7 @@ func (s *session) manage() {
 		}
 		if up {
 			failures = 0
+			logged = StateConnected
 		} else {
 			failures++
 		}

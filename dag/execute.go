@@ -517,7 +517,7 @@ func (x *Execution) restore(cp *Checkpoint) {
 		out, err := decodeValues(rec.Outputs)
 		if err != nil {
 			x.log.LogAttrs(context.Background(), slog.LevelWarn, "dag: stored outputs do not decode; the node runs again",
-				slog.String("node_id", rec.Node), slog.Any("err", err))
+				slog.String("node_id", rec.Node), slog.Any("error", err))
 			continue
 		}
 		x.infos[i] = infoFromRecord(x.p.nodes[i], rec, out)
@@ -536,7 +536,7 @@ func (x *Execution) restoreDone(cp *Checkpoint) {
 		out, err := decodeValues(rec.Outputs)
 		if err != nil {
 			x.log.LogAttrs(context.Background(), slog.LevelWarn, "dag: stored outputs do not decode",
-				slog.String("node_id", rec.Node), slog.Any("err", err))
+				slog.String("node_id", rec.Node), slog.Any("error", err))
 		}
 		x.infos[i] = infoFromRecord(x.p.nodes[i], rec, out)
 		if x.infos[i].State.Terminal() {

@@ -265,7 +265,7 @@ func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRun
 	var memoKey string
 	if cfg.Memoize && w.d.Store != nil {
 		if memoKey, err = memoKeyOf(wf, files, cfg.Outputs); err != nil {
-			log.WarnContext(ctx, "cannot compute the memo key; running the node", "err", err)
+			log.WarnContext(ctx, "cannot compute the memo key; running the node", "error", err)
 		} else if out, ok := w.memo(ctx, log, memoKey); ok {
 			r.outputs, r.memoized = out, true
 			return r, nil
@@ -301,7 +301,7 @@ func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRun
 			case errors.As(err, &pe):
 				return r, fmt.Errorf("%w; then the retry failed: %w", lastErr, err)
 			}
-			log.InfoContext(ctx, "workflow node not retried", "run", r.runs, "excluded", failed, "reason", err)
+			log.InfoContext(ctx, "workflow node not retried", "run", r.runs, "excluded", failed, "error", err)
 			return r, lastErr
 		case !o.retry:
 			return r, err
@@ -312,7 +312,7 @@ func (w *wfRunner) run(ctx context.Context, n *pnode, in map[string]any, prevRun
 			return r, err
 		}
 		log.InfoContext(ctx, "workflow node failed; retrying on another backend",
-			"job_id", o.jobID, "backend", o.backend, "run", r.runs, "excluded", failed, "err", err)
+			"job_id", o.jobID, "backend", o.backend, "run", r.runs, "excluded", failed, "error", err)
 	}
 }
 
@@ -462,7 +462,7 @@ func (w *wfRunner) cancelJob(ctx context.Context, node, id string) (err error) {
 	defer cancel()
 	defer func() {
 		if err != nil {
-			w.log.WarnContext(ctx, "cancel job", "node_id", node, "job_id", id, "err", err)
+			w.log.WarnContext(ctx, "cancel job", "node_id", node, "job_id", id, "error", err)
 		}
 	}()
 	defer recoverTo(&err, "Runner.Cancel")
@@ -717,7 +717,7 @@ func (w *wfRunner) vramFree(ctx context.Context, backend string) (int64, error) 
 	}
 	if err != nil || st == nil || len(st.Devices) == 0 {
 		if err != nil {
-			w.log.DebugContext(ctx, "system stats", "backend", backend, "err", err)
+			w.log.DebugContext(ctx, "system stats", "backend", backend, "error", err)
 		}
 		return 0, nil
 	}
@@ -892,7 +892,7 @@ func memoKeyOf(wf comfy.Workflow, files []pool.InputFile, outputs []OutputPort) 
 func (w *wfRunner) memo(ctx context.Context, log *slog.Logger, key string) (map[string]any, bool) {
 	raw, ok, err := w.d.Store.Memo(ctx, key)
 	if err != nil {
-		log.WarnContext(ctx, "memo lookup failed; running the node", "memo_key", key, "err", err)
+		log.WarnContext(ctx, "memo lookup failed; running the node", "memo_key", key, "error", err)
 		return nil, false
 	}
 	if !ok {
@@ -900,7 +900,7 @@ func (w *wfRunner) memo(ctx context.Context, log *slog.Logger, key string) (map[
 	}
 	out, err := decodeValues(raw)
 	if err != nil {
-		log.WarnContext(ctx, "memoised outputs do not decode; running the node", "memo_key", key, "err", err)
+		log.WarnContext(ctx, "memoised outputs do not decode; running the node", "memo_key", key, "error", err)
 		return nil, false
 	}
 	return out, true
@@ -914,7 +914,7 @@ func (w *wfRunner) saveMemo(ctx context.Context, log *slog.Logger, key string, o
 		err = w.d.Store.SaveMemo(ctx, key, raw)
 	}
 	if err != nil {
-		log.WarnContext(ctx, "memo save failed", "memo_key", key, "err", err)
+		log.WarnContext(ctx, "memo save failed", "memo_key", key, "error", err)
 	}
 }
 

@@ -65,7 +65,16 @@ const backendTagPrefix = "backend:"
 // newBackend creates the backend and its client (no I/O). bc has its
 // defaults applied and is valid.
 func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
-	cl, err := comfy.NewClient(bc.URL, bc.Client)
+	var opts comfy.ClientOptions
+	if bc.Client != nil {
+		opts = *bc.Client
+	}
+	if opts.Logger == nil {
+		// The Pool's logger, handed down: a Pool told to be quiet has
+		// quiet clients.
+		opts.Logger = p.cfg.Logger.With("backend", bc.Name)
+	}
+	cl, err := comfy.NewClient(bc.URL, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
 	}

@@ -530,7 +530,7 @@ func (p *Pool) recheck() {
 
 func (p *Pool) publishUnschedulable(evs []Event) {
 	for _, ev := range evs {
-		p.log.Info("job unschedulable", "job_id", ev.JobID, "err", ev.Err)
+		p.log.Info("job unschedulable", "job_id", ev.JobID, "error", ev.Err)
 		p.events.publish(ev)
 	}
 }
@@ -587,7 +587,7 @@ func (p *Pool) reroute(b *backend, js *jobState, token string, needs []string) {
 	ctx, cancel := bgCtx()
 	defer cancel()
 	if _, err := p.q.RequeueWith(ctx, js.id, token, queue.RequeueParams{Needs: needs}); err != nil {
-		p.log.Warn("requeue of a job the backend cannot run failed", "backend", b.cfg.Name, "job_id", js.id, "err", err)
+		p.log.Warn("requeue of a job the backend cannot run failed", "backend", b.cfg.Name, "job_id", js.id, "error", err)
 	}
 	p.mu.Lock()
 	js.leased, js.status = false, StatusQueued
@@ -696,7 +696,7 @@ func (p *Pool) capsFailed(b *backend, err error) {
 	p.mu.Unlock()
 	if first {
 		p.log.Warn("backend capabilities unknown (GET /object_info failed); it takes any job until a fetch succeeds",
-			"backend", b.cfg.Name, "err", err)
+			"backend", b.cfg.Name, "error", err)
 	}
 }
 
@@ -769,7 +769,7 @@ func (p *Pool) refresher(ctx context.Context, b *backend) {
 		if !p.cfg.Capabilities.Disable {
 			if err := p.fetchCaps(ctx, b); err != nil && ctx.Err() == nil {
 				p.log.LogAttrs(ctx, slog.LevelDebug, "capabilities fetch failed; retrying",
-					slog.String("backend", b.cfg.Name), slog.Duration("retry_in", delay), slog.Any("err", err))
+					slog.String("backend", b.cfg.Name), slog.Duration("retry_in", delay), slog.Any("error", err))
 				retry.startOnce(delay)
 				delay = min(2*delay, capsRetryMax)
 			}

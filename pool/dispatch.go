@@ -185,7 +185,7 @@ func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bo
 	qj, err := p.q.Lease(p.hardCtx, lp)
 	if err != nil || qj == nil {
 		if err != nil && !errors.Is(err, queue.ErrClosed) {
-			p.log.Warn("lease failed", "backend", b.cfg.Name, "err", err)
+			p.log.Warn("lease failed", "backend", b.cfg.Name, "error", err)
 		}
 		p.mu.Lock()
 		b.inflight--
@@ -481,7 +481,7 @@ func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cr
 	ctx, cancel := bgCtx()
 	defer cancel()
 	if _, err := p.q.Complete(ctx, js.id, token, nil); err != nil {
-		p.log.Warn("complete failed", "job_id", js.id, "err", err)
+		p.log.Warn("complete failed", "job_id", js.id, "error", err)
 	}
 	p.fo.RecordSuccess(failover.Key{Backend: b.cfg.Name, Workflow: js.hash})
 	p.mu.Lock()
@@ -529,7 +529,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 		// prompt may have run, or still run, on that server.
 		att.Err, att.Class, att.Ended = abandoned(b, att.PromptID, context.Cause(ctx)), failover.ClassCancelled, time.Now()
 		if _, rerr := p.q.Requeue(qctx, js.id, token); rerr != nil {
-			p.log.Warn("requeue on stop failed", "job_id", js.id, "err", rerr)
+			p.log.Warn("requeue on stop failed", "job_id", js.id, "error", rerr)
 		}
 		p.mu.Lock()
 		js.attempts = append(js.attempts, att)
@@ -560,7 +560,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	delay := p.backoff(counted)
 	qj, ferr := p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude})
 	if ferr != nil {
-		p.log.Warn("fail failed", "job_id", js.id, "err", ferr)
+		p.log.Warn("fail failed", "job_id", js.id, "error", ferr)
 		p.mu.Lock()
 		js.status, js.leased = StatusQueued, false
 		p.mu.Unlock()
@@ -576,7 +576,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 		js.excluded = append(js.excluded, b.cfg.Name)
 	}
 	p.mu.Unlock()
-	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "err", err)
+	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "error", err)
 	p.events.publish(Event{Kind: EventJobRetrying, JobID: js.id, Backend: b.cfg.Name, Attempt: n, PromptID: att.PromptID, Err: err, RetryAfter: delay})
 }
 

@@ -225,7 +225,7 @@ func (p *Pool) submit(ctx context.Context, b *backend, js *jobState, opts *comfy
 		cctx, cancel := bgCtx()
 		defer cancel()
 		if cerr := b.client.CancelPrompt(cctx, opts.PromptID); cerr != nil {
-			p.log.Warn("cancel of an unanswered prompt failed", "backend", b.cfg.Name, "job_id", js.id, "prompt_id", opts.PromptID, "err", cerr)
+			p.log.Warn("cancel of an unanswered prompt failed", "backend", b.cfg.Name, "job_id", js.id, "prompt_id", opts.PromptID, "error", cerr)
 		}
 	}
 	return prompt, err

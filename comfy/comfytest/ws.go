@@ -147,7 +147,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	wc, err := websocket.Accept(w, r, nil)
 	if err != nil {
-		s.log.Debug("comfytest: websocket accept failed", "err", err)
+		s.log.Debug("comfytest: websocket accept failed", "error", err)
 		return
 	}
 	wc.SetReadLimit(1 << 20)
