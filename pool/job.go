@@ -3,12 +3,9 @@ package pool
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -347,90 +344,4 @@ func (p *Pool) releaseKey(key string, e *keyEntry) {
 	}
 	p.mu.Unlock()
 	close(e.ready)
-}
-
-// StopAndCancel cancels every job that has not ended, then stops the Pool
-// like Stop. Queued and retrying jobs are removed from the queue; running
-// prompts are interrupted on their backends; every such job ends as
-// cancelled (job:cancelled, Wait gives ErrCancelled, Accounting.Refund).
-// It waits, bounded by ctx, for the runners to settle, then closes
-// everything; if ctx ends first it returns ctx's error as Stop does. A job
-// enqueued while StopAndCancel runs may be left in the queue, as with Stop.
-func (p *Pool) StopAndCancel(ctx context.Context) error {
-	type pending struct {
-		js     *jobState
-		leased bool
-	}
-	var jobs []pending
-	p.mu.Lock()
-	for _, js := range p.jobs {
-		if js.terminal {
-			continue
-		}
-		if !js.cancelled {
-			js.cancelled = true
-			close(js.cancelCh)
-		}
-		jobs = append(jobs, pending{js, js.leased || js.status == StatusRunning})
-	}
-	p.mu.Unlock()
-	for _, j := range jobs {
-		if j.leased {
-			continue // its runner interrupts the prompt and ends the job
-		}
-		_, _ = p.q.Cancel(ctx, j.js.id)
-		p.mu.Lock()
-		leased := j.js.leased
-		p.mu.Unlock()
-		if !leased {
-			p.finish(j.js, StatusCancelled, nil, ErrCancelled)
-		}
-	}
-	return p.Stop(ctx)
-}
-
-// probeTimeout bounds each backend probe of Start.
-const probeTimeout = 2 * time.Second
-
-// probe is Start's check that the configuration works at all: the queue
-// answers, and not every backend rejects the Pool's requests (see Start).
-func (p *Pool) probe(ctx context.Context, backends []*backend) error {
-	p.mu.Lock()
-	skip := p.started || p.stopping // Start answers these itself
-	p.mu.Unlock()
-	if skip {
-		return nil
-	}
-	if _, err := p.q.Stats(ctx); err != nil {
-		return fmt.Errorf("pool: start: queue does not answer: %w", err)
-	}
-	if len(backends) == 0 {
-		return nil
-	}
-	errs := make([]error, len(backends))
-	var wg sync.WaitGroup
-	for i, b := range backends {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			defer cancel()
-			_, errs[i] = b.client.SystemStats(pctx)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if !rejected(err) {
-			return nil // answered, or merely down: the Pool can run
-		}
-	}
-	return fmt.Errorf("pool: start: every backend rejects the pool's requests (check URLs and credentials): %w", errors.Join(errs...))
-}
-
-// rejected reports whether err is a backend's deliberate refusal of the
-// client's requests: HTTP 401, 403 or 404 (a wrong base path).
-func rejected(err error) bool {
-	switch comfy.StatusCode(err) {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
-		return true
-	}
-	return false
 }

@@ -1,0 +1,270 @@
+package pool
+
+// The Pool's lifecycle, River's contract: Start probes and backgrounds
+// itself; Stop stops producers, then consumers, then state writers, and
+// returns ctx.Err() as soon as ctx ends, staying stoppable.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+)
+
+// errStopped is the cause of the contexts cancelled when Stop gives up
+// waiting for in-flight jobs.
+var errStopped = errors.New("pool: stopping")
+
+func (p *Pool) closeClients() {
+	for _, b := range p.list() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = b.client.Close(ctx)
+		cancel()
+	}
+}
+
+// Start connects every backend in the background and starts the
+// dispatcher, then returns: a backend that is down does not stop the Pool;
+// it takes jobs once its WebSocket is connected. Start after Stop returns
+// ErrClosed; a second Start does nothing. ctx is not retained.
+//
+// Start first probes the configuration, bounded by ctx (River's SELECT 1):
+// it fails when the queue does not answer (Stats), or when every backend
+// answers GET /system_stats (within 2s) with 401, 403 or 404 (wrong
+// credentials or base path for all of them). A backend that is down, slow
+// or failing (5xx) does not fail Start. Malformed URLs are rejected by New.
+func (p *Pool) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.probe(ctx, p.list()); err != nil { // fail fast on a broken config
+		return err
+	}
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if p.started {
+		p.mu.Unlock()
+		return nil
+	}
+	p.started = true
+	list := p.list()
+	for _, b := range list {
+		p.wg.Go(func() { p.watch(b) })
+	}
+	p.mu.Unlock()
+	p.wg.Go(p.dispatchLoop)
+	p.log.Info("pool started", "backends", len(list))
+	p.events.publish(Event{Kind: EventPoolReady})
+	return nil
+}
+
+// watch connects b and reports its state changes until Stop or b's
+// removal. After a reconnect it holds b back for its ReconnectGrace, and
+// wakes the dispatcher when the grace ends.
+func (p *Pool) watch(b *backend) {
+	ctx, cancel := context.WithCancel(p.hardCtx)
+	defer cancel()
+	go func() { // ends Connect's wait when Stop begins or b is removed
+		select {
+		case <-p.stopCh:
+			cancel()
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	changed := b.client.StateChanged()
+	p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
+	_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
+	last := comfy.StateIdle
+	wasConnected := false
+	var grace *time.Timer
+	var graceC <-chan time.Time
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	for {
+		st := b.client.State()
+		if st != last {
+			last = st
+			if st == comfy.StateConnected {
+				if wasConnected && b.cfg.ReconnectGrace > 0 {
+					p.mu.Lock()
+					b.graceUntil = time.Now().Add(b.cfg.ReconnectGrace)
+					p.mu.Unlock()
+					if grace == nil {
+						grace = time.NewTimer(b.cfg.ReconnectGrace)
+					} else {
+						grace.Reset(b.cfg.ReconnectGrace)
+					}
+					graceC = grace.C
+					p.log.Info("backend reconnected: in grace", "backend", b.cfg.Name, "grace", b.cfg.ReconnectGrace)
+				}
+				wasConnected = true
+				kick(b.caps.kick) // (re)connected: its models or nodes may have changed
+			}
+			s := st
+			p.log.Info("backend state", "backend", b.cfg.Name, "state", st.String())
+			p.events.publish(Event{Kind: EventClientState, Backend: b.cfg.Name, State: &s})
+			p.poke()
+		}
+		select {
+		case <-changed:
+			changed = b.client.StateChanged()
+		case <-graceC:
+			graceC = nil
+			p.mu.Lock()
+			b.graceUntil = time.Time{}
+			p.mu.Unlock()
+			p.poke()
+		case <-b.stop:
+			return
+		case <-p.stopCh:
+			return
+		}
+	}
+}
+
+// Stop stops the Pool: no new job starts; in-flight jobs finish. If ctx ends
+// first, in-flight prompts are interrupted and their jobs requeued (without
+// counting an attempt), Stop waits for that, and returns ctx's error. Then
+// it closes the backends' clients, the queue (if the Pool created it) and
+// every event channel. Jobs still queued stay in the queue; their Wait
+// returns ErrClosed. Stop is idempotent and may be called before Start.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.stopping {
+		p.stopping = true
+		close(p.stopCh) // producers first: dispatcher and watchers
+	}
+	p.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		p.hardStop(errStopped) // then consumers: in-flight jobs give up
+		<-done
+	}
+	p.stopOnce.Do(func() {
+		p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
+		// State writers last.
+		if p.ownFo != nil {
+			p.ownFo.Close()
+		}
+		p.closeClients()
+		if p.ownQueue {
+			_ = p.q.Close()
+		}
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
+		p.hardStop(errStopped)
+		p.log.Info("pool stopped")
+		p.events.publish(Event{Kind: EventPoolStopped})
+		p.events.close()
+		close(p.stoppedCh)
+	})
+	return err
+}
+
+// Stopped returns a channel closed when Stop has finished.
+func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
+
+// StopAndCancel cancels every job that has not ended, then stops the Pool
+// like Stop. Queued and retrying jobs are removed from the queue; running
+// prompts are interrupted on their backends; every such job ends as
+// cancelled (job:cancelled, Wait gives ErrCancelled, Accounting.Refund).
+// It waits, bounded by ctx, for the runners to settle, then closes
+// everything; if ctx ends first it returns ctx's error as Stop does. A job
+// enqueued while StopAndCancel runs may be left in the queue, as with Stop.
+func (p *Pool) StopAndCancel(ctx context.Context) error {
+	type pending struct {
+		js     *jobState
+		leased bool
+	}
+	var jobs []pending
+	p.mu.Lock()
+	for _, js := range p.jobs {
+		if js.terminal {
+			continue
+		}
+		if !js.cancelled {
+			js.cancelled = true
+			close(js.cancelCh)
+		}
+		jobs = append(jobs, pending{js, js.leased || js.status == StatusRunning})
+	}
+	p.mu.Unlock()
+	for _, j := range jobs {
+		if j.leased {
+			continue // its runner interrupts the prompt and ends the job
+		}
+		_, _ = p.q.Cancel(ctx, j.js.id)
+		p.mu.Lock()
+		leased := j.js.leased
+		p.mu.Unlock()
+		if !leased {
+			p.finish(j.js, StatusCancelled, nil, ErrCancelled)
+		}
+	}
+	return p.Stop(ctx)
+}
+
+// probeTimeout bounds each backend probe of Start.
+const probeTimeout = 2 * time.Second
+
+// probe is Start's check that the configuration works at all: the queue
+// answers, and not every backend rejects the Pool's requests (see Start).
+func (p *Pool) probe(ctx context.Context, backends []*backend) error {
+	p.mu.Lock()
+	skip := p.started || p.stopping // Start answers these itself
+	p.mu.Unlock()
+	if skip {
+		return nil
+	}
+	if _, err := p.q.Stats(ctx); err != nil {
+		return fmt.Errorf("pool: start: queue does not answer: %w", err)
+	}
+	if len(backends) == 0 {
+		return nil
+	}
+	errs := make([]error, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			_, errs[i] = b.client.SystemStats(pctx)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !rejected(err) {
+			return nil // answered, or merely down: the Pool can run
+		}
+	}
+	return fmt.Errorf("pool: start: every backend rejects the pool's requests (check URLs and credentials): %w", errors.Join(errs...))
+}
+
+// rejected reports whether err is a backend's deliberate refusal of the
+// client's requests: HTTP 401, 403 or 404 (a wrong base path).
+func rejected(err error) bool {
+	switch comfy.StatusCode(err) {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
+}
