@@ -10,10 +10,12 @@
 // [Pool.Start] connects every backend in the background and starts the
 // dispatcher. A backend that is down at start does not stop the Pool: it
 // takes work once its WebSocket connects. [Pool.Stop] stops dispatching,
-// lets in-flight prompts finish (or, when its context ends, interrupts them
-// and requeues their jobs without counting the attempt against
-// MaxAttempts; it is still listed in the job's Attempts), then closes the
-// clients, the queue if the Pool created it, and every event channel.
+// lets in-flight prompts finish, then closes the clients, the queue if the
+// Pool created it, and every event channel. When its context ends first it
+// returns the context's error at once, and the stop goes on: in-flight
+// prompts are interrupted and their jobs requeued without counting the
+// attempt against MaxAttempts (it is still listed in the job's Attempts);
+// call Stop again (or wait on [Pool.Stopped]) to wait for the end.
 //
 //	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{
 //		{Name: "gpu-1", URL: "http://10.0.0.1:8188"},

@@ -19,14 +19,6 @@ import (
 // waiting for in-flight jobs.
 var errStopped = errors.New("pool: stopping")
 
-func (p *Pool) closeClients() {
-	for _, b := range p.list() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = b.client.Close(ctx)
-		cancel()
-	}
-}
-
 // Start connects every backend in the background and starts the
 // dispatcher, then returns: a backend that is down does not stop the Pool;
 // it takes jobs once its WebSocket is connected. Start after Stop returns
@@ -134,50 +126,70 @@ func (p *Pool) watch(b *backend) {
 	}
 }
 
-// Stop stops the Pool: no new job starts; in-flight jobs finish. If ctx ends
-// first, in-flight prompts are interrupted and their jobs requeued (without
-// counting an attempt), Stop waits for that, and returns ctx's error. Then
-// it closes the backends' clients, the queue (if the Pool created it) and
-// every event channel. Jobs still queued stay in the queue; their Wait
-// returns ErrClosed. Stop is idempotent and may be called before Start.
+// Stop stops the Pool: no new job starts; in-flight jobs finish. Then it
+// closes the backends' clients (at once, each bounded by 5s), the queue (if
+// the Pool created it) and every event channel, and returns nil. Jobs still
+// queued stay in the queue; their Wait returns ErrClosed.
+//
+// If ctx ends first, Stop returns ctx's error at once (River's contract) and
+// the stop goes on in the background: in-flight prompts are interrupted and
+// their jobs requeued without counting an attempt (a prompt that ignores
+// its interrupt is abandoned after Config.InterruptTimeout), then
+// everything is closed as above. Call Stop again to keep waiting, or wait
+// on Stopped. Stop is idempotent, safe for concurrent use, and may be
+// called before Start.
 func (p *Pool) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	if !p.stopping {
-		p.stopping = true
-		close(p.stopCh) // producers first: dispatcher and watchers
-	}
-	p.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	var err error
+	p.beginStop()
 	select {
-	case <-done:
+	case <-p.stoppedCh:
+		return nil
 	case <-ctx.Done():
-		err = ctx.Err()
-		p.hardStop(errStopped) // then consumers: in-flight jobs give up
-		<-done
 	}
-	p.stopOnce.Do(func() {
-		p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
-		// State writers last.
-		if p.ownFo != nil {
-			p.ownFo.Close()
-		}
-		p.closeClients()
-		if p.ownQueue {
-			_ = p.q.Close()
-		}
-		p.mu.Lock()
-		p.stopped = true
-		p.mu.Unlock()
-		p.hardStop(errStopped)
-		p.log.Info("pool stopped")
-		p.events.publish(Event{Kind: EventPoolStopped})
-		p.events.close()
-		close(p.stoppedCh)
-	})
-	return err
+	select {
+	case <-p.stoppedCh: // finished as ctx ended
+		return nil
+	default:
+	}
+	p.hardStop(errStopped) // then consumers: in-flight jobs give up
+	return ctx.Err()
+}
+
+// beginStop stops the producers (the dispatcher and the watchers) and
+// starts, once, the goroutine that finishes the stop (finishStop). That
+// goroutine belongs to the Pool, not to one Stop call: a Stop whose ctx
+// ends leaves it running; closing stoppedCh is its last act.
+func (p *Pool) beginStop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return
+	}
+	p.stopping = true
+	close(p.stopCh) // producers first: dispatcher and watchers
+	go p.finishStop()
+}
+
+// finishStop waits for the consumers (the job runners, which give up when
+// a Stop's ctx ends), then closes the state writers, and closes stoppedCh.
+func (p *Pool) finishStop() {
+	p.wg.Wait()
+	p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
+	// State writers last.
+	if p.ownFo != nil {
+		p.ownFo.Close()
+	}
+	p.closeClients()
+	if p.ownQueue {
+		_ = p.q.Close()
+	}
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.hardStop(errStopped)
+	p.log.Info("pool stopped")
+	p.events.publish(Event{Kind: EventPoolStopped})
+	p.events.close()
+	close(p.stoppedCh)
 }
 
 // Stopped returns a channel closed when Stop has finished.
@@ -188,8 +200,9 @@ func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
 // prompts are interrupted on their backends; every such job ends as
 // cancelled (job:cancelled, Wait gives ErrCancelled, Accounting.Refund).
 // It waits, bounded by ctx, for the runners to settle, then closes
-// everything; if ctx ends first it returns ctx's error as Stop does. A job
-// enqueued while StopAndCancel runs may be left in the queue, as with Stop.
+// everything; if ctx ends first it returns ctx's error at once, as Stop
+// does, and the stop goes on in the background. A job enqueued while
+// StopAndCancel runs may be left in the queue, as with Stop.
 func (p *Pool) StopAndCancel(ctx context.Context) error {
 	type pending struct {
 		js     *jobState
@@ -267,4 +280,34 @@ func rejected(err error) bool {
 		return true
 	}
 	return false
+}
+
+// closeTimeout bounds the close of one client in Stop.
+const closeTimeout = 5 * time.Second
+
+// closeClients closes every backend's client (see closeAll).
+func (p *Pool) closeClients() {
+	var cs []closer
+	for _, b := range p.list() {
+		cs = append(cs, b.client)
+	}
+	closeAll(cs, closeTimeout)
+}
+
+// closer is what closeAll closes: a *comfy.Client.
+type closer interface{ Close(context.Context) error }
+
+// closeAll closes cs at once, each bounded by d, and waits for them all:
+// with servers that do not answer the close handshake it takes d, not d
+// per client.
+func closeAll(cs []closer, d time.Duration) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			_ = c.Close(ctx)
+		})
+	}
+	wg.Wait()
 }

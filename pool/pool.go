@@ -60,7 +60,6 @@ type Pool struct {
 	enqueued  uint64                 // jobs stored so far; orders dispatch rounds (see lease)
 	caps      capsRegistry           // what the backends can run (capabilities.go)
 	flight    singleflight.Group     // collapses /object_info and /system_stats fetches per backend
-	stopOnce  sync.Once
 }
 
 // New validates cfg and returns a Pool that is not started. cfg is copied.
