@@ -26,7 +26,8 @@
 // cost. The holder of an expired, cancelled or otherwise void lease gets
 // [ErrLeaseLost] from every token operation and must stop working on the job.
 //
-// Drivers never retry on their own; the pool decides what to do with a
+// Drivers never retry on their own; they say whether an error is transient
+// ([IsRetryable], [Retryable]) and the pool decides what to do with a
 // failure.
 //
 //	q := queue.New(driver) // e.g. memqueue.New(nil)

@@ -45,7 +45,8 @@ import (
 //   - Token operations with a token that is not the job's current lease
 //     return ErrLeaseLost; unknown IDs return ErrNotFound.
 //   - Drivers never retry on their own; errors from the backing store are
-//     returned (wrapped) to the caller.
+//     returned (wrapped) to the caller, marked with [Retryable] when the
+//     same call may succeed later (see [IsRetryable]).
 //
 // Data crossing the interface is plain data (no callbacks), so a database
 // adapter can evaluate everything in a query. Implementations must be safe

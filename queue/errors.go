@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -74,3 +75,47 @@ func (e *FullError) Is(target error) bool { return target == ErrQueueFull }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// IsRetryable reports whether a failed Queue or Driver call may succeed when
+// made again unchanged after a short wait: a transient failure of the
+// backing store (a dropped connection, a timeout, a serialization
+// conflict). Drivers classify their errors, as go-cloud drivers do, and
+// never retry themselves; the caller (the pool) retries. A driver marks a
+// transient error with [Retryable], or returns an error with a method
+// Retryable() bool that reports true.
+//
+// It reports false for nil, for every sentinel of this package (ErrNotFound,
+// ErrLeaseLost, ErrClosed, ErrInvalid, ErrInvalidState, ErrDuplicate,
+// ErrQueueFull: the same call fails the same way; for a full queue use
+// [Queue.EnqueueWait]), for context.Canceled, and for an error no driver
+// marked: the queue never guesses. memqueue's errors are all sentinels, so
+// none is retryable.
+func IsRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	for _, s := range []error{ErrNotFound, ErrLeaseLost, ErrClosed, ErrInvalid, ErrInvalidState, ErrDuplicate, ErrQueueFull} {
+		if errors.Is(err, s) {
+			return false
+		}
+	}
+	var r interface{ Retryable() bool }
+	return errors.As(err, &r) && r.Retryable()
+}
+
+// Retryable returns err marked as transient, for drivers: [IsRetryable]
+// reports true for it (unless err is one of this package's sentinels). The
+// result keeps err's message, and errors.Is and errors.As see through it.
+// Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryableError{err: err}
+}
+
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string   { return e.err.Error() }
+func (e *retryableError) Unwrap() error   { return e.err }
+func (e *retryableError) Retryable() bool { return true }

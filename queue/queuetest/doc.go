@@ -16,4 +16,8 @@
 // time moves with time.Sleep. Drivers that talk to a database cannot run in a
 // bubble; they inject a clock and provide [Harness].Advance. Without either,
 // those subtests are skipped (reported with t.Skip), never silently passed.
+//
+// [Flaky] wraps a driver and injects faults (FailNext), for testing code
+// that uses a driver: a transient error, a permanent one, or an answer lost
+// after the call took effect.
 package queuetest

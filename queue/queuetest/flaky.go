@@ -1,0 +1,161 @@
+package queuetest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Op names a [queue.Driver] method, for [Flaky].
+type Op string
+
+// The Driver methods Flaky can fail.
+const (
+	OpEnqueue  Op = "Enqueue"
+	OpLease    Op = "Lease"
+	OpExtend   Op = "Extend"
+	OpComplete Op = "Complete"
+	OpFail     Op = "Fail"
+	OpRequeue  Op = "Requeue"
+	OpCancel   Op = "Cancel"
+	OpGet      Op = "Get"
+	OpStats    Op = "Stats"
+)
+
+// Fault is one injected failure of a Flaky driver.
+type Fault struct {
+	// Err is returned instead of the driver's answer. Mark it with
+	// queue.Retryable for a transient fault.
+	Err error
+	// Applied makes the call reach the wrapped driver (and take effect)
+	// before Err is returned: an answer lost on its way back, the case
+	// where the caller cannot tell whether the call happened.
+	Applied bool
+}
+
+// Flaky is a fault-injecting decorator of a [queue.Driver], for testing the
+// code that uses a driver (in the manner of asynq's testbroker): FailNext
+// makes the next calls of a method fail. Calls with no fault pending go to
+// the wrapped driver unchanged, so a Flaky with no faults passes the
+// conformance suite. It passes [queue.Notifier] through (Ready returns nil
+// when the wrapped driver has none: the caller then polls). Flaky is safe for
+// concurrent use.
+type Flaky struct {
+	d queue.Driver
+
+	mu     sync.Mutex
+	faults map[Op][]Fault
+	calls  map[Op]int
+}
+
+var _ queue.Notifier = (*Flaky)(nil)
+
+// NewFlaky returns a Flaky over d. Closing the Flaky closes d.
+func NewFlaky(d queue.Driver) *Flaky {
+	return &Flaky{d: d, faults: map[Op][]Fault{}, calls: map[Op]int{}}
+}
+
+// FailNext makes the next n calls of op fail with f, after any faults
+// already pending for op.
+func (f *Flaky) FailNext(op Op, n int, fault Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for range n {
+		f.faults[op] = append(f.faults[op], fault)
+	}
+}
+
+// Calls returns how many calls of op were made, failed ones included.
+func (f *Flaky) Calls(op Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+// Unwrap returns the wrapped driver.
+func (f *Flaky) Unwrap() queue.Driver { return f.d }
+
+// next counts a call of op and returns the fault to inject, if any.
+func (f *Flaky) next(op Op) (Fault, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[op]++
+	q := f.faults[op]
+	if len(q) == 0 {
+		return Fault{}, false
+	}
+	fault := q[0]
+	f.faults[op] = q[1:]
+	return fault, true
+}
+
+// call runs fn unless a fault is pending for op.
+func call[T any](f *Flaky, op Op, fn func() (T, error)) (T, error) {
+	fault, ok := f.next(op)
+	if !ok {
+		return fn()
+	}
+	var zero T
+	if fault.Applied {
+		_, _ = fn()
+	}
+	return zero, fault.Err
+}
+
+// Enqueue implements queue.Driver.
+func (f *Flaky) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job, error) {
+	return call(f, OpEnqueue, func() (*queue.Job, error) { return f.d.Enqueue(ctx, p) })
+}
+
+// Lease implements queue.Driver.
+func (f *Flaky) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, error) {
+	return call(f, OpLease, func() (*queue.Job, error) { return f.d.Lease(ctx, p) })
+}
+
+// Extend implements queue.Driver.
+func (f *Flaky) Extend(ctx context.Context, id, token string, d time.Duration) (*queue.Job, error) {
+	return call(f, OpExtend, func() (*queue.Job, error) { return f.d.Extend(ctx, id, token, d) })
+}
+
+// Complete implements queue.Driver.
+func (f *Flaky) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
+	return call(f, OpComplete, func() (*queue.Job, error) { return f.d.Complete(ctx, id, token, result) })
+}
+
+// Fail implements queue.Driver.
+func (f *Flaky) Fail(ctx context.Context, id, token string, p *queue.FailParams) (*queue.Job, error) {
+	return call(f, OpFail, func() (*queue.Job, error) { return f.d.Fail(ctx, id, token, p) })
+}
+
+// Requeue implements queue.Driver.
+func (f *Flaky) Requeue(ctx context.Context, id, token string, p *queue.RequeueParams) (*queue.Job, error) {
+	return call(f, OpRequeue, func() (*queue.Job, error) { return f.d.Requeue(ctx, id, token, p) })
+}
+
+// Cancel implements queue.Driver.
+func (f *Flaky) Cancel(ctx context.Context, id string) (*queue.Job, error) {
+	return call(f, OpCancel, func() (*queue.Job, error) { return f.d.Cancel(ctx, id) })
+}
+
+// Get implements queue.Driver.
+func (f *Flaky) Get(ctx context.Context, id string) (*queue.Job, error) {
+	return call(f, OpGet, func() (*queue.Job, error) { return f.d.Get(ctx, id) })
+}
+
+// Stats implements queue.Driver.
+func (f *Flaky) Stats(ctx context.Context) (*queue.Stats, error) {
+	return call(f, OpStats, func() (*queue.Stats, error) { return f.d.Stats(ctx) })
+}
+
+// Close implements queue.Driver; it closes the wrapped driver.
+func (f *Flaky) Close() error { return f.d.Close() }
+
+// Ready implements queue.Notifier: the wrapped driver's channel, or nil.
+func (f *Flaky) Ready() <-chan struct{} {
+	if n, ok := f.d.(queue.Notifier); ok {
+		return n.Ready()
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package queuetest_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/memqueue"
+	"github.com/comfypool/comfypool/queue/queuetest"
+)
+
+func newMem(t *testing.T) queue.Driver {
+	t.Helper()
+	d, err := memqueue.New(nil)
+	require.NoError(t, err)
+	return d
+}
+
+// TestFlakyConformance: a Flaky with no faults is the driver it wraps.
+func TestFlakyConformance(t *testing.T) {
+	queuetest.RunConformanceTests(t, queuetest.Harness{
+		Synctest:  true,
+		NewDriver: func(t *testing.T) queue.Driver { return queuetest.NewFlaky(newMem(t)) },
+	})
+}
+
+func TestFlakyFaults(t *testing.T) {
+	t.Parallel()
+	f := queuetest.NewFlaky(newMem(t))
+	q := queue.New(f)
+	defer q.Close()
+	ctx := t.Context()
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	l, err := q.Lease(ctx, queue.LeaseParams{Backend: "b", Duration: time.Minute})
+	require.NoError(t, err)
+
+	// Not applied: the call fails and nothing changes.
+	boom := queue.Retryable(errors.New("store: connection reset"))
+	f.FailNext(queuetest.OpComplete, 1, queuetest.Fault{Err: boom})
+	_, err = q.Complete(ctx, j.ID, l.LeaseToken, nil)
+	assert.ErrorIs(t, err, boom)
+	assert.True(t, queue.IsRetryable(err))
+	g, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, queue.StateLeased, g.State)
+
+	// Applied: the call takes effect, then fails.
+	f.FailNext(queuetest.OpComplete, 1, queuetest.Fault{Err: boom, Applied: true})
+	_, err = q.Complete(ctx, j.ID, l.LeaseToken, nil)
+	assert.ErrorIs(t, err, boom)
+	g, err = q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, queue.StateCompleted, g.State)
+	assert.Equal(t, 2, f.Calls(queuetest.OpComplete))
+	assert.Equal(t, 2, f.Calls(queuetest.OpGet))
+	assert.NotNil(t, q.Ready(), "Ready passes through")
+}
