@@ -43,7 +43,10 @@ type Config struct {
 	// Queue holds the jobs. Defaults to an in-memory queue (memqueue with
 	// its defaults) that the Pool owns and closes in Stop. A caller-supplied
 	// Queue is never closed by the Pool. A Queue must not be shared by two
-	// running Pools (the Pool keeps each job's workflow in memory).
+	// running Pools (the Pool keeps each job's workflow in memory). A queue
+	// call that fails with a retryable error (queue.IsRetryable) is tried
+	// again a few times with backoff; when the Pool cannot settle a lease
+	// it reads the job back (Get) and follows the queue's record.
 	Queue *queue.Queue
 
 	// Failover configures the SmartFailover that blocks (backend, workflow)

@@ -182,10 +182,13 @@ func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bo
 		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags, Has: has,
 		Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl, PreferWorkflows: prefer,
 	}
-	qj, err := p.q.Lease(p.hardCtx, lp)
+	qj, err := retryQueue(p.hardCtx, p.stopCh, func(ctx context.Context) (*queue.Job, error) { return p.q.Lease(ctx, lp) })
 	if err != nil || qj == nil {
 		if err != nil && !errors.Is(err, queue.ErrClosed) {
 			p.log.Warn("lease failed", "backend", b.cfg.Name, "error", err)
+			if queue.IsRetryable(err) {
+				p.pokeLater() // no wake-up may come for the jobs already queued
+			}
 		}
 		p.mu.Lock()
 		b.inflight--
@@ -287,7 +290,7 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 		p.log.Error("leased a job this pool does not know", "job_id", qj.ID)
 		return
 	}
-	js.leased = true
+	js.leased, js.lease = true, qj.LeaseToken
 	js.slot = sl
 	if js.cancelled || js.terminal {
 		p.mu.Unlock()
@@ -480,10 +483,8 @@ func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cr
 	att.Ended = time.Now()
 	ctx, cancel := bgCtx()
 	defer cancel()
-	if _, err := p.q.Complete(ctx, js.id, token, nil); err != nil {
-		p.log.Warn("complete failed", "job_id", js.id, "error", err)
-	}
 	p.fo.RecordSuccess(failover.Key{Backend: b.cfg.Name, Workflow: js.hash})
+	_, cerr := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Complete(ctx, js.id, token, nil) })
 	p.mu.Lock()
 	b.last = js.hash
 	js.attempts = append(js.attempts, att)
@@ -492,6 +493,11 @@ func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cr
 		Attempts: slices.Clone(js.attempts), Comfy: cres,
 	}
 	p.mu.Unlock()
+	if cerr != nil {
+		p.log.Warn("complete failed; reading the job back", "job_id", js.id, "error", cerr)
+		p.adopt(js, token, p.readBack(js), res, cerr)
+		return
+	}
 	p.finish(js, StatusCompleted, res, nil)
 }
 
@@ -503,12 +509,21 @@ func (p *Pool) settleCancelled(js *jobState, token string) {
 	p.mu.Unlock()
 	ctx, cancel := bgCtx()
 	defer cancel()
+	// The cancel or timeout is final in the Pool's view. Should the queue
+	// not record it, the job is settled again if it is ever leased again.
 	if timedOut != nil {
-		_, _ = p.q.Fail(ctx, js.id, token, queue.FailParams{Error: timedOut.Error(), NoRetry: true})
+		if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
+			return p.q.Fail(ctx, js.id, token, queue.FailParams{Error: timedOut.Error(), NoRetry: true})
+		}); err != nil {
+			p.log.Warn("fail of a timed-out job failed", "job_id", js.id, "error", err)
+		}
 		p.finish(js, StatusFailed, nil, timedOut)
 		return
 	}
-	_, _ = p.q.Cancel(ctx, js.id)
+	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) }); err != nil &&
+		!errors.Is(err, queue.ErrInvalidState) {
+		p.log.Warn("cancel failed", "job_id", js.id, "error", err)
+	}
 	p.finish(js, StatusCancelled, nil, ErrCancelled)
 }
 
@@ -528,14 +543,16 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 		// without counting the attempt (Requeue), but record it: its
 		// prompt may have run, or still run, on that server.
 		att.Err, att.Class, att.Ended = abandoned(b, att.PromptID, context.Cause(ctx)), failover.ClassCancelled, time.Now()
-		if _, rerr := p.q.Requeue(qctx, js.id, token); rerr != nil {
-			p.log.Warn("requeue on stop failed", "job_id", js.id, "error", rerr)
-		}
 		p.mu.Lock()
 		js.attempts = append(js.attempts, att)
 		js.requeued++
-		js.status, js.leased = StatusQueued, false
 		p.mu.Unlock()
+		qj, rerr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Requeue(ctx, js.id, token) })
+		if rerr != nil {
+			p.log.Warn("requeue on stop failed; reading the job back", "job_id", js.id, "error", rerr)
+			qj = p.readBack(js)
+		}
+		p.adopt(js, token, qj, nil, att.Err)
 		return
 	}
 	if p.missingEverywhere(ctx, js, b, token, att, err) { // capabilities.go: runs nowhere, blocks no one
@@ -552,26 +569,20 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	// run the job; otherwise the retry waits for this one's cooldown.
 	exclude := p.runnableElsewhereLocked(js, b) // capabilities.go
 	p.mu.Unlock()
-	if class != failover.ClassBackend {
-		_, _ = p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), NoRetry: true})
-		p.finish(js, StatusFailed, nil, err)
-		return
-	}
+	fp := queue.FailParams{Error: err.Error(), NoRetry: true}
 	delay := p.backoff(counted)
-	qj, ferr := p.q.Fail(qctx, js.id, token, queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude})
-	if ferr != nil {
-		p.log.Warn("fail failed", "job_id", js.id, "error", ferr)
-		p.mu.Lock()
-		js.status, js.leased = StatusQueued, false
-		p.mu.Unlock()
-		return
+	if class == failover.ClassBackend {
+		fp = queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude}
 	}
-	if qj.State == queue.StateDead {
-		p.finish(js, StatusFailed, nil, err)
-		return
+	qj, ferr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Fail(ctx, js.id, token, fp) })
+	if ferr != nil {
+		p.log.Warn("fail failed; reading the job back", "job_id", js.id, "error", ferr)
+		qj = p.readBack(js)
+	}
+	if !p.adopt(js, token, qj, nil, err) {
+		return // ended, or still held: the queue's record decides
 	}
 	p.mu.Lock()
-	js.status, js.leased = StatusRetrying, false
 	if exclude {
 		js.excluded = append(js.excluded, b.cfg.Name)
 	}

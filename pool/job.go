@@ -208,6 +208,7 @@ type jobState struct {
 	// Guarded by Pool.mu.
 	status     Status
 	leased     bool
+	lease      string // token of the Pool's latest lease of the job
 	terminal   bool
 	cancelled  bool
 	timedOut   error    // a TimeoutError that fired (queue, overall)

@@ -44,6 +44,7 @@ func TestStopReturnsWhenCtxEnds(t *testing.T) {
 		info, err := b.pool.Job(t.Context(), id)
 		require.NoError(t, err)
 		assert.Equal(t, pool.StatusQueued, info.Status, "requeued, not failed")
-		assert.Empty(t, info.Attempts, "no attempt counted")
+		require.Len(t, info.Attempts, 1, "the attempt given back is recorded")
+		assert.ErrorIs(t, info.Attempts[0].Err, pool.ErrClosed)
 	})
 }

@@ -41,6 +41,7 @@ type Pool struct {
 	events      bus
 
 	wake      chan struct{}   // 1-buffered, coalescing: dispatcher wake-up
+	wakeArmed atomic.Bool     // a delayed wake-up is pending (pokeLater)
 	unblocked <-chan struct{} // Config.FailoverStrategy's UnblockNotifier, or nil
 	stopCh    chan struct{}   // closed when Stop begins: producers stop
 	stoppedCh chan struct{}   // closed when Stop finished

@@ -1,0 +1,163 @@
+package pool
+
+import (
+	"context"
+	"time"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Queue calls that fail with a retryable error (queue.IsRetryable) are
+// tried again, queueTries times in all, waiting queueRetryMin, then twice
+// as long each time.
+const (
+	queueTries    = 5
+	queueRetryMin = 50 * time.Millisecond
+)
+
+// retryQueue calls op until it succeeds, fails with an error that is not
+// retryable, or was tried queueTries times, and returns its last answer. It
+// gives up early when ctx ends or done (which may be nil) is closed.
+func retryQueue[T any](ctx context.Context, done <-chan struct{}, op func(context.Context) (T, error)) (T, error) {
+	wait := queueRetryMin
+	for try := 1; ; try++ {
+		v, err := op(ctx)
+		if err == nil || !queue.IsRetryable(err) || try == queueTries {
+			return v, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-done:
+			t.Stop()
+			return v, err
+		}
+		wait *= 2
+	}
+}
+
+// readBack reads a job's record from the queue after a lease operation
+// failed, when the operation may or may not have taken effect. It returns
+// nil when the queue cannot tell.
+func (p *Pool) readBack(js *jobState) *queue.Job {
+	ctx, cancel := bgCtx()
+	defer cancel()
+	qj, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Get(ctx, js.id) })
+	if err != nil {
+		p.log.Error("cannot read a job back from the queue; reading it again later", "job_id", js.id, "error", err)
+		return nil
+	}
+	return qj
+}
+
+// adopt makes the Pool's view of js the queue's record qj, read back after
+// the holder of lease token failed to settle the job: the Pool never
+// guesses. A terminal record ends the job (completed with res, dead with
+// cause, cancelled). A record still leased under token means the call did
+// not happen: the job stays running in the Pool's view, held by a watcher
+// that reads it again when the lease expires (the queue then counts the
+// attempt and requeues the job, or dead-letters it) or acts on a cancel. A
+// nil qj (the queue could not be read) is read again after LeaseDuration.
+// adopt reports whether the job waits in the queue for another attempt.
+func (p *Pool) adopt(js *jobState, token string, qj *queue.Job, res *Result, cause error) bool {
+	if qj == nil {
+		p.holdLease(js, token, time.Now().Add(p.cfg.LeaseDuration), res, cause)
+		return false
+	}
+	switch qj.State {
+	case queue.StateCompleted:
+		if res == nil { // completed by another holder of the queue
+			res = &Result{JobID: js.id}
+		}
+		p.finish(js, StatusCompleted, res, nil)
+	case queue.StateDead:
+		p.finish(js, StatusFailed, nil, cause)
+	case queue.StateCancelled:
+		p.finish(js, StatusCancelled, nil, ErrCancelled)
+	case queue.StateLeased:
+		if qj.LeaseToken != token {
+			return false // leased anew: its holder owns the view
+		}
+		p.holdLease(js, token, qj.LeaseExpiresAt, res, cause)
+	case queue.StateQueued, queue.StateRetrying:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if js.lease != token || js.terminal {
+			return false // leased anew meanwhile
+		}
+		js.status, js.leased = StatusQueued, false
+		if qj.State == queue.StateRetrying {
+			js.status = StatusRetrying
+		}
+		return true
+	}
+	return false
+}
+
+// holdLease keeps js running in the Pool's view under a lease the Pool
+// could not settle, and reads the job back at until, or at once when the
+// job is cancelled or times out (then settling it with the lease, as its
+// runner would have). It stops at Stop.
+func (p *Pool) holdLease(js *jobState, token string, until time.Time, res *Result, cause error) {
+	p.mu.Lock()
+	if js.lease != token || js.terminal {
+		p.mu.Unlock()
+		return
+	}
+	js.status, js.leased = StatusRunning, true
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-js.cancelCh:
+		case <-p.stopCh:
+		}
+		p.mu.Lock()
+		mine := js.lease == token && !js.terminal
+		cancelled := js.cancelled
+		p.mu.Unlock()
+		switch {
+		case !mine:
+		case cancelled:
+			p.settleCancelled(js, token)
+		case p.stopBegun():
+		default:
+			p.adopt(js, token, p.readBack(js), res, cause)
+		}
+	})
+}
+
+// stopBegun reports whether Stop began.
+func (p *Pool) stopBegun() bool {
+	select {
+	case <-p.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// pokeLater wakes the dispatcher after queueRetryMin times 2^queueTries,
+// once however often it is called meanwhile, unless Stop begins: after a
+// Lease that failed transiently, no other wake-up may come for the jobs
+// already queued.
+func (p *Pool) pokeLater() {
+	if !p.wakeArmed.CompareAndSwap(false, true) {
+		return
+	}
+	p.wg.Go(func() {
+		defer p.wakeArmed.Store(false)
+		t := time.NewTimer(queueRetryMin << queueTries)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.poke()
+		case <-p.stopCh:
+		}
+	})
+}
