@@ -586,8 +586,13 @@ func (p *Pool) unmetLocked(b *backend, js *jobState) []string {
 func (p *Pool) reroute(b *backend, js *jobState, token string, needs []string) {
 	ctx, cancel := bgCtx()
 	defer cancel()
-	if _, err := p.q.RequeueWith(ctx, js.id, token, queue.RequeueParams{Needs: needs}); err != nil {
-		p.log.Warn("requeue of a job the backend cannot run failed", "backend", b.cfg.Name, "job_id", js.id, "error", err)
+	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
+		return p.q.RequeueWith(ctx, js.id, token, queue.RequeueParams{Needs: needs})
+	}); err != nil {
+		p.log.Warn("requeue of a job the backend cannot run failed; reading the job back", "backend", b.cfg.Name, "job_id", js.id, "error", err)
+		if !p.adopt(js, token, p.readBack(js), nil, err) {
+			return // ended, or still held: the queue's record decides
+		}
 	}
 	p.mu.Lock()
 	js.leased, js.status = false, StatusQueued

@@ -207,3 +207,35 @@ func countKind(evs []pool.Event, job string, kind pool.EventKind) int {
 	}
 	return n
 }
+
+// TestDriverRerouteRequeueFailsOnceTransiently: a backend that lacks what
+// the job needs gives it back (Requeue with the job's new needs); a
+// transient Requeue error is retried, so the queue holds what the Pool
+// shows.
+func TestDriverRerouteRequeueFailsOnceTransiently(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		flaky := queuetest.NewFlaky(d)
+		q := queue.New(flaky)
+		t.Cleanup(func() { _ = q.Close() })
+		b := startedBundle(t, []*comfytest.Options{
+			models("checkpoints", "sd15.safetensors", "sdxl.safetensors"),
+			models("checkpoints", "sd15.safetensors"),
+		}, func(c *pool.Config) { c.Queue = q })
+		b.servers[0].SetModels("checkpoints", []string{"sd15.safetensors"}) // the pool does not know yet
+		flaky.FailNext(queuetest.OpRequeue, 1, queuetest.Fault{Err: errTransient})
+
+		id, err := b.pool.Enqueue(t.Context(), samplerWF(t, "sdxl.safetensors", 1), nil)
+		require.NoError(t, err)
+		time.Sleep(time.Second) // fake time: past the retry's backoff
+		synctest.Wait()
+		info, err := b.pool.Job(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, pool.StatusUnschedulable, info.Status)
+		qj, err := q.Get(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, queue.StateQueued, qj.State, "the queue holds the job given back")
+		assert.Contains(t, qj.Needs, "value:CheckpointLoaderSimple/ckpt_name=sdxl.safetensors")
+	})
+}
