@@ -76,11 +76,11 @@
 // DAG, computed iteratively in topological order (Kahn's algorithm, linear
 // time, no recursion, so a 10,000-node chain is fine):
 //
-//	node digest = SHA-256("comfypool/structure/v1/node\x00" ‖ str(class_type) ‖ uvarint(#inputs) ‖ inputs sorted by name)
+//	node digest = SHA-256("comfypool/structure/v2/node\x00" ‖ str(class_type) ‖ uvarint(#inputs) ‖ inputs sorted by name)
 //	  literal   = 'v' ‖ str(name)
 //	  model     = 'm' ‖ str(name) ‖ str(file name)
 //	  link      = 'l' ‖ str(name) ‖ uvarint(output index) ‖ source node digest
-//	workflow    = SHA-256("comfypool/structure/v1\x00" ‖ uvarint(#nodes) ‖ node digests sorted bytewise)
+//	workflow    = SHA-256("comfypool/structure/v2\x00" ‖ uvarint(#nodes) ‖ node digests sorted bytewise)
 //
 // where str(s) = uvarint(len(s)) ‖ s (UTF-8) and uvarint is
 // [encoding/binary.AppendUvarint]. Renaming ids (and rewriting the links
@@ -116,14 +116,14 @@
 // ComfyUI transcript (EmptyImage → ImageInvert → SaveImage + PreviewImage):
 //
 //	{"1":{"class_type":"EmptyImage","inputs":{}}}
-//	  Structure 468b0086659d26841f3ab5a1552431aa80b95a67551ca95949254d3cbcddc312
+//	  Structure d272b576cc61ea8e054596bf7d386d6003520b14881466799e0c1d3c9d7ff11b
 //	  Exact     8c706348b107da099369aaee5172cd44d78f5a640eff47957a87f1f4e0ecc0d6
 //
 //	{"1":{"class_type":"EmptyImage","inputs":{"width":64,"height":48,"batch_size":1,"color":16711680}},
 //	 "2":{"class_type":"ImageInvert","inputs":{"image":["1",0]}},
 //	 "3":{"class_type":"SaveImage","inputs":{"images":["2",0],"filename_prefix":"comfyreal_test"}},
 //	 "4":{"class_type":"PreviewImage","inputs":{"images":["2",0]}}}
-//	  Structure 4ea587f046eb2dd876cd168802d6cf40e91d99f1a54c0ba6782aada89ed3a983
+//	  Structure eb93b8b32d4ad129d229ee77cf408cc24d82782093aba349ad81008ae60f8fa6
 //	  Exact     6aea0a4e99102dd38c1be885436ac1d87b2e7ac2865b902bd430834ebad0ab1e
 //
 // The package tests pin these and an SD1.5 graph. Any change to what

@@ -42,13 +42,13 @@ func TestVectors(t *testing.T) {
 		exact     string
 	}{
 		{"single node", `{"1":{"class_type":"EmptyImage","inputs":{}}}`,
-			"468b0086659d26841f3ab5a1552431aa80b95a67551ca95949254d3cbcddc312",
+			"d272b576cc61ea8e054596bf7d386d6003520b14881466799e0c1d3c9d7ff11b",
 			"8c706348b107da099369aaee5172cd44d78f5a640eff47957a87f1f4e0ecc0d6"},
 		{"transcript EmptyImage graph", emptyImageWorkflow,
-			"4ea587f046eb2dd876cd168802d6cf40e91d99f1a54c0ba6782aada89ed3a983",
+			"eb93b8b32d4ad129d229ee77cf408cc24d82782093aba349ad81008ae60f8fa6",
 			"6aea0a4e99102dd38c1be885436ac1d87b2e7ac2865b902bd430834ebad0ab1e"},
 		{"SD1.5 graph", sd15Workflow,
-			"0428e13949c0362b436120f62a58c9f1017b1fcd0237bcc1ebb54d673d6d3b07",
+			"356e1f7403f40aceb2f395fd173da6cfc4ce802c0c76d4ac09d754efa1680e6c",
 			"bcd64e460fbb134fe4524da954f9fe403584d3136e89e6a7786583f5fe59931f"},
 	}
 	for _, tt := range tests {
@@ -65,8 +65,8 @@ func TestVectors(t *testing.T) {
 func TestSingleNodeLayout(t *testing.T) {
 	t.Parallel()
 	w := `{"1":{"class_type":"EmptyImage","inputs":{}}}`
-	node := sha256.Sum256([]byte("comfypool/structure/v1/node\x00\x0aEmptyImage\x00"))
-	want := sha256.Sum256(append([]byte("comfypool/structure/v1\x00\x01"), node[:]...))
+	node := sha256.Sum256([]byte("comfypool/structure/v2/node\x00\x0aEmptyImage\x00"))
+	want := sha256.Sum256(append([]byte("comfypool/structure/v2\x00\x01"), node[:]...))
 	assert.Equal(t, Sum(want), mustStructure(t, w))
 	wantExact := sha256.Sum256([]byte("comfypool/exact/v1\x00" + w))
 	assert.Equal(t, Sum(wantExact), mustExact(t, w))

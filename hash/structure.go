@@ -16,8 +16,8 @@ import (
 // Domain-separation prefixes of the structure hash. Changing what a node
 // digest or the workflow digest covers requires a new version.
 const (
-	structureDomain = "comfypool/structure/v1\x00"
-	nodeDomain      = "comfypool/structure/v1/node\x00"
+	structureDomain = "comfypool/structure/v2\x00"
+	nodeDomain      = "comfypool/structure/v2/node\x00"
 )
 
 // Input kinds, as written into a node digest.
