@@ -306,12 +306,12 @@ type WorkflowConfig struct {
 	// Retries is how many more times the node runs after its job failed
 	// in a way another backend may avoid: each retry is a new job, on a
 	// backend the node has not failed on. Whether a failure is the
-	// backend's is failover's policy: a failure the pool classified as
-	// the backend's fault and gave up on (the last pool.Attempt's Class is
-	// failover.ClassBackend), and any other failure failover.Classify puts
-	// in ClassBackend (a server error, a lost connection or prompt, a node
-	// class or model missing on that server, an out-of-memory error, an
-	// error it does not know). Never retried: the workflow's own failure
+	// backend's is failover's policy (failover.Class.Retried): a failure
+	// the pool classified as retried and gave up on (the last
+	// pool.Attempt's Class), and any other failure failover.Classify puts
+	// in a retried class (a server error, a lost connection or prompt, a
+	// prompt someone else removed, a node class or model missing on that
+	// server, an out-of-memory error, an error it does not know). Never retried: the workflow's own failure
 	// (a *comfy.PromptError that is not MissingOnServer, a node that
 	// raised), a completed job whose output lacks a declared Output, the
 	// job's own queue or overall timeout, a bad input value, a panic

@@ -411,13 +411,14 @@ func idempotencyKey(execution, token, node string, run int) string {
 //     answers about the job rather than a backend (pool.ErrCancelled,
 //     pool.ErrClosed, pool.ErrInvalid, pool.ErrNotFound);
 //   - for a *pool.JobError ended by its last attempt, the class the
-//     pool's failover policy gave that attempt: retried when it is
-//     failover.ClassBackend (an attempt a Runner left unclassified,
+//     pool's failover policy gave that attempt: retried when the class
+//     says so (failover.Class.Retried; an attempt a Runner left unclassified,
 //     ClassNone, is classified below);
 //   - never a job ended by its own queue or overall timeout (pool.ErrTimeout
 //     not from an attempt): the node's time is up;
-//   - otherwise failover.Classify: retried when it says ClassBackend
-//     (which is also its rule for an error it does not know).
+//   - otherwise failover.Classify: retried when its class is Retried
+//     (ClassBackend, also its rule for an error it does not know, or
+//     ClassTransient).
 func retryable(err error) bool {
 	var pe *PanicError
 	if errors.As(err, &pe) || errors.Is(err, ErrCancelled) || errors.Is(err, ErrBadParam) ||
@@ -429,13 +430,13 @@ func retryable(err error) bool {
 	if errors.As(err, &je) && len(je.Attempts) > 0 {
 		a := je.Attempts[len(je.Attempts)-1]
 		if a.Err != nil && errors.Is(je.Err, a.Err) && a.Class != failover.ClassNone {
-			return a.Class == failover.ClassBackend
+			return a.Class.Retried()
 		}
 	}
 	if errors.Is(err, pool.ErrTimeout) {
 		return false
 	}
-	return failover.Classify(err) == failover.ClassBackend
+	return failover.Classify(err).Retried()
 }
 
 // enqueue calls Runner.Enqueue; a panic becomes a *PanicError.

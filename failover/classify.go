@@ -10,7 +10,9 @@ import (
 
 // Class says whose fault a failure is. Its text form (String, MarshalText)
 // is a stable word, safe to log and persist: "none", "backend",
-// "workflow", "cancelled".
+// "workflow", "cancelled", "transient". Whether a class is retried is
+// [Class.Retried]; whether it counts towards a block, that it is
+// ClassBackend.
 type Class int
 
 const (
@@ -29,16 +31,27 @@ const (
 	// ClassCancelled is a cancellation or interruption asked for by the
 	// caller: neither retried nor counted.
 	ClassCancelled
+	// ClassTransient is a failure that says nothing against the backend
+	// nor the workflow: the prompt never ran because someone else removed
+	// it from the server's queue ([comfy.ErrPromptRemoved]). The job is
+	// retried; the (backend, workflow) pair is not counted towards a block.
+	ClassTransient
 )
+
+// Retried reports whether a job whose attempt failed with this class is
+// retried (while it has attempts left): ClassBackend and ClassTransient.
+// It is the one answer to "retry or not"; the pool and package dag ask it.
+func (c Class) Retried() bool { return c == ClassBackend || c == ClassTransient }
 
 var classNames = [...]string{
 	ClassNone:      "none",
 	ClassBackend:   "backend",
 	ClassWorkflow:  "workflow",
 	ClassCancelled: "cancelled",
+	ClassTransient: "transient",
 }
 
-// String returns "none", "backend", "workflow" or "cancelled".
+// String returns "none", "backend", "workflow", "cancelled" or "transient".
 func (c Class) String() string {
 	if c >= 0 && int(c) < len(classNames) {
 		return classNames[c]
@@ -79,15 +92,15 @@ func (c *Class) UnmarshalText(b []byte) error {
 //     [*comfy.PromptError] that is not [comfy.PromptError.MissingOnServer]
 //     (a validation error), an [*comfy.ExecutionError] that is not
 //     [comfy.ExecutionError.OutOfMemory] (a node raised);
+//   - [ClassTransient] for [comfy.ErrPromptRemoved]: someone else deleted
+//     the pending prompt, so the workflow did not run; it is retried, and
+//     the backend is not blamed;
 //   - [ClassBackend] for everything else, in particular: an HTTP error of
 //     any status ([*comfy.HTTPError]: 5xx, 408 and 429, and also 401, 403,
 //     404 and other 4xx, which say this server is misconfigured or behind
 //     a proxy that refuses us, while another may answer), a network error
 //     ([comfy.IsNetworkError]), context.DeadlineExceeded (a server that
 //     hangs), [comfy.ErrPromptLost] (the server forgot the prompt),
-//     [comfy.ErrPromptRemoved] (someone else deleted the pending prompt:
-//     the workflow did not run, so it is retried; like every backend fault
-//     it counts towards a block of the pair),
 //     [comfy.ErrNotConnected], [comfy.ErrBadResponse], [comfy.ErrClosed]
 //     (the backend's client was closed under the job), a model or node
 //     class missing on this server, an out-of-memory error (another GPU may
@@ -106,6 +119,9 @@ func Classify(err error) Class {
 	}
 	if errors.Is(err, comfy.ErrInvalidWorkflow) {
 		return ClassWorkflow
+	}
+	if errors.Is(err, comfy.ErrPromptRemoved) {
+		return ClassTransient
 	}
 	var ee *comfy.ExecutionError
 	if errors.As(err, &ee) {

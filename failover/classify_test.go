@@ -55,6 +55,7 @@ func TestClassify(t *testing.T) {
 		backend   = failover.ClassBackend
 		workflow  = failover.ClassWorkflow
 		cancelled = failover.ClassCancelled
+		transient = failover.ClassTransient
 	)
 	tests := []struct {
 		name string
@@ -104,7 +105,7 @@ func TestClassify(t *testing.T) {
 
 		// Connection and protocol.
 		{"prompt lost", wrap(comfy.ErrPromptLost), backend},
-		{"prompt removed from the queue by someone else", wrap(comfy.ErrPromptRemoved), backend},
+		{"prompt removed from the queue by someone else", wrap(comfy.ErrPromptRemoved), transient},
 		{"not connected", comfy.ErrNotConnected, backend},
 		{"not connected by the deadline", fmt.Errorf("%w: %w", comfy.ErrNotConnected, context.DeadlineExceeded), backend},
 		{"bad response", wrap(comfy.ErrBadResponse), backend},
@@ -133,7 +134,7 @@ func TestClassText(t *testing.T) {
 	assert.Equal(t, failover.ClassNone, failover.Class(0), "the zero value is no failure")
 	for c, word := range map[failover.Class]string{
 		failover.ClassNone: "none", failover.ClassBackend: "backend",
-		failover.ClassWorkflow: "workflow", failover.ClassCancelled: "cancelled",
+		failover.ClassWorkflow: "workflow", failover.ClassCancelled: "cancelled", failover.ClassTransient: "transient",
 	} {
 		assert.Equal(t, word, c.String())
 		raw, err := json.Marshal(c)
@@ -158,4 +159,14 @@ func TestUnclassifiedFailureCountsAsBackend(t *testing.T) {
 	f, _ := newFailover(t, failover.Config{Classify: func(error) failover.Class { return failover.ClassNone }})
 	assert.Equal(t, failover.ClassBackend, f.RecordFailure(keyA, errors.New("x")))
 	assert.False(t, f.Allowed(keyA))
+}
+
+func TestClassRetried(t *testing.T) {
+	t.Parallel()
+	for c, want := range map[failover.Class]bool{
+		failover.ClassNone: false, failover.ClassBackend: true, failover.ClassWorkflow: false,
+		failover.ClassCancelled: false, failover.ClassTransient: true,
+	} {
+		assert.Equal(t, want, c.Retried(), "%s", c)
+	}
 }

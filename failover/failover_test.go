@@ -102,7 +102,7 @@ func TestMaxFailuresBeforeBlock(t *testing.T) {
 	})
 }
 
-func TestWorkflowFaultsAndCancelsBlockNobody(t *testing.T) {
+func TestWorkflowFaultsCancelsAndTransientsBlockNobody(t *testing.T) {
 	f, rec := newFailover(t, failover.Config{})
 	for _, tc := range []struct {
 		err  error
@@ -112,6 +112,7 @@ func TestWorkflowFaultsAndCancelsBlockNobody(t *testing.T) {
 		{&comfy.PromptError{StatusCode: 400, Err: comfy.ErrorDetail{Type: "prompt_outputs_failed_validation"}}, failover.ClassWorkflow},
 		{context.Canceled, failover.ClassCancelled},
 		{fmt.Errorf("run: %w", comfy.ErrInterrupted), failover.ClassCancelled},
+		{fmt.Errorf("run: %w", comfy.ErrPromptRemoved), failover.ClassTransient},
 	} {
 		assert.Equal(t, tc.want, f.RecordFailure(keyA, tc.err), "%v", tc.err)
 	}

@@ -571,7 +571,7 @@ func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token strin
 	p.mu.Unlock()
 	fp := queue.FailParams{Error: err.Error(), NoRetry: true}
 	delay := p.backoff(counted)
-	if class == failover.ClassBackend {
+	if class.Retried() {
 		fp = queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude}
 	}
 	qj, ferr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Fail(ctx, js.id, token, fp) })

@@ -68,7 +68,9 @@
 // prompt, a start timeout) is recorded in the SmartFailover (which blocks
 // the backend-workflow pair for a cooldown) and the job is retried after an
 // exponential backoff with jitter, on another backend when one may run it,
-// else on the same one once its cooldown ends. A workflow fault (a
+// else on the same one once its cooldown ends. A prompt that someone else
+// removed from the server's queue before it ran is retried the same way but
+// blames nobody (failover.ClassTransient: no block). A workflow fault (a
 // validation error, a node that raised) fails the job at once.
 //
 // Every attempt is bounded: the job's [Timeouts] (in queue, until the
