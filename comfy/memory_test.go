@@ -7,8 +7,9 @@ package comfy_test
 // /gc/heap/allocs:bytes, a cumulative counter that no GC cycle disturbs):
 // that total bounds the peak heap the answer can cause from above. They do
 // not call t.Parallel, so no other test of the package allocates meanwhile.
-// The default variant configures a 16 MiB limit; COMFYPOOL_SOAK=1 runs the
-// same answers against the default 64 MiB limits.
+// The default variant configures a 16 MiB limit; TestSoakHostileMemoryBounded
+// (run by CI's soak step, COMFYPOOL_SOAK=1) runs the same answers against
+// the default 64 MiB limits.
 
 import (
 	"bufio"
@@ -43,6 +44,14 @@ func memLimit() (configured, effective int64) {
 		return 0, comfy.DefaultBodyLimit
 	}
 	return 16 << 20, 16 << 20
+}
+
+func TestSoakHostileMemoryBounded(t *testing.T) {
+	if os.Getenv("COMFYPOOL_SOAK") == "" {
+		t.Skip("a soak: set COMFYPOOL_SOAK=1 to run it")
+	}
+	t.Run("body", TestHostileBodyMemoryBounded)
+	t.Run("frame", TestHostileWebSocketFrameMemoryBounded)
 }
 
 // allocated returns the bytes allocated by the process so far.
