@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -60,26 +61,8 @@ func backendsFor(srvs []*comfytest.Server) []pool.BackendConfig {
 // edit lets a test change the config. Everything is stopped at cleanup.
 func setup(t *testing.T, n int, opts *comfytest.Options, edit func(*pool.Config)) *bundle {
 	t.Helper()
-	b := &bundle{}
-	for range n {
-		s := comfytest.NewInMemoryServer(opts)
-		t.Cleanup(s.Close)
-		b.servers = append(b.servers, s)
-	}
-	cfg := &pool.Config{
-		Backends:   backendsFor(b.servers),
-		Logger:     slog.New(slog.DiscardHandler),
-		BackoffMin: 10 * time.Millisecond,
-		BackoffMax: 100 * time.Millisecond,
-	}
-	if edit != nil {
-		edit(cfg)
-	}
-	p, err := pool.New(cfg)
-	require.NoError(t, err)
-	b.pool = p
-	t.Cleanup(func() { require.NoError(t, p.Stop(context.Background())) })
-	require.NoError(t, p.Start(t.Context()))
+	b := newBundle(t, slices.Repeat([]*comfytest.Options{opts}, n), edit) // capabilities_test.go
+	require.NoError(t, b.pool.Start(t.Context()))
 	return b
 }
 

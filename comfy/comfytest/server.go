@@ -274,20 +274,11 @@ func (s *Server) CloseClientConnections() {
 // models and the priority counter are forgotten. Uploaded and saved files
 // survive, as they do on disk. Fault settings and recordings are kept.
 func (s *Server) Restart() {
-	s.mu.Lock()
-	if s.closed || !s.started {
-		s.mu.Unlock()
-		return
-	}
-	cancel, done := s.bootCancel, s.workerDone
-	s.mu.Unlock()
-	cancel()
-	<-done
-	s.dropSockets(nil)
-	s.srv.SetKeepAlivesEnabled(false)
-	s.srv.SetKeepAlivesEnabled(true)
-	s.resetBoot()
-	s.startWorker()
+	s.reboot(func() {
+		s.dropSockets(nil)
+		s.srv.SetKeepAlivesEnabled(false)
+		s.srv.SetKeepAlivesEnabled(true)
+	})
 }
 
 // RestartBehindProxy simulates a ComfyUI restart behind a reverse proxy
@@ -296,7 +287,12 @@ func (s *Server) Restart() {
 // prompt, history, cache, counter), but no socket drops. A client sees no
 // disconnect and hears nothing more about its prompts, only the status
 // broadcasts of later work.
-func (s *Server) RestartBehindProxy() {
+func (s *Server) RestartBehindProxy() { s.reboot(func() {}) }
+
+// reboot stops the worker, runs between (with the worker stopped), then
+// forgets what a restart forgets and starts a new worker. It does nothing
+// before Start or after Close.
+func (s *Server) reboot(between func()) {
 	s.mu.Lock()
 	if s.closed || !s.started {
 		s.mu.Unlock()
@@ -306,6 +302,7 @@ func (s *Server) RestartBehindProxy() {
 	s.mu.Unlock()
 	cancel()
 	<-done
+	between()
 	s.resetBoot()
 	s.startWorker()
 }
