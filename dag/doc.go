@@ -1,7 +1,7 @@
 // Package dag runs graphs of ComfyUI workflows: each node of a [Graph] is
 // a whole workflow (or a small control node), the outputs of one node
 // feed the inputs of the next, and every workflow node runs through a
-// [Runner] — a [*pool.Pool] — on a suitable backend, moving images
+// [Runner] — a [*pool.WorkflowPool] — on a suitable backend, moving images
 // between backends when a node runs elsewhere than the one it depends on.
 //
 // API is not stable before v1.
@@ -164,7 +164,7 @@
 // # The Runner
 //
 // The Executor needs little from the pool: [Runner] is Enqueue, Wait and
-// Cancel, which [*pool.Pool] has. A Runner that is also a [BackendLister]
+// Cancel, which [*pool.WorkflowPool] has. A Runner that is also a [BackendLister]
 // (the pool is) enables backend affinity and the ask and auto fallbacks;
 // one that is a [Subscriber] (the pool is) lets executions report which
 // backend runs a node and its sampler progress. Tests can provide their

@@ -1,7 +1,7 @@
 package dag_test
 
 // End-to-end tests: Executors (dag.New, Start/Run/Resume) over a real
-// *pool.Pool of in-memory comfytest servers, inside synctest bubbles, so
+// *pool.WorkflowPool of in-memory comfytest servers, inside synctest bubbles, so
 // that node durations are fake time: elapsed fake time proves parallelism,
 // and what the servers received (prompts, uploads, interrupts) proves what
 // the executor did. Every WORKFLOW node's workflow saves its image with
@@ -60,7 +60,7 @@ func e2eSlowSave(d ...time.Duration) func(int) *comfytest.Options {
 // e2ePool starts a pool whose backend "gpu-<i>" is servers[i] (each with
 // maxInFlight slots; 0 means the default), stopped at cleanup, and waits
 // until every backend is connected except those named in down.
-func e2ePool(t *testing.T, servers []*comfytest.Server, maxInFlight int, down ...string) *pool.Pool {
+func e2ePool(t *testing.T, servers []*comfytest.Server, maxInFlight int, down ...string) *pool.WorkflowPool {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	cfg := &pool.Config{Logger: quiet, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
@@ -96,7 +96,7 @@ func e2eName(i int) string { return fmt.Sprintf("gpu-%d", i) }
 
 // e2eExecutor returns an Executor over p (store nil: a MemoryStore),
 // closed at cleanup.
-func e2eExecutor(t *testing.T, p *pool.Pool, store dag.Store, ask dag.AskBackendFunc) *dag.Executor {
+func e2eExecutor(t *testing.T, p *pool.WorkflowPool, store dag.Store, ask dag.AskBackendFunc) *dag.Executor {
 	t.Helper()
 	ex, err := dag.New(&dag.Config{Runner: p, Store: store, AskBackend: ask, Logger: e2eLogger(t)})
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func e2eUploads(s *comfytest.Server) int {
 }
 
 // e2eView returns a file's bytes from backend.
-func e2eView(t testing.TB, p *pool.Pool, backend string, ref comfy.FileRef) []byte {
+func e2eView(t testing.TB, p *pool.WorkflowPool, backend string, ref comfy.FileRef) []byte {
 	t.Helper()
 	resp, err := p.View(t.Context(), backend, ref)
 	require.NoError(t, err)

@@ -177,7 +177,7 @@ func (ex *Executor) release(id string) {
 // cancelled and Run returns its Result with an error matching
 // ErrCancelled and ctx's cause, once the cancellation is over: each
 // running WORKFLOW node then cancels its job through Runner.Cancel
-// (pool.Pool.Cancel interrupts the prompt and waits until it stopped),
+// (pool.WorkflowPool.Cancel interrupts the prompt and waits until it stopped),
 // and a Runner.Cancel that hangs delays Run by up to one minute. For a
 // strict bound, use Start, then Wait with ctx and Execution.Cancel with a
 // context of its own.

@@ -267,7 +267,7 @@ func fakeText(wf comfy.Workflow) string {
 }
 
 // idemRunner is a fakeRunner that honours EnqueueOpts.IdempotencyKey
-// as *pool.Pool does: a key already used returns the job enqueued with it
+// as *pool.WorkflowPool does: a key already used returns the job enqueued with it
 // (for as long as the pool retains it: an hour by default).
 type idemRunner struct {
 	*fakeRunner

@@ -316,7 +316,7 @@ type WorkflowConfig struct {
 	// raised), a completed job whose output lacks a declared Output, the
 	// job's own queue or overall timeout, a bad input value, a panic
 	// (*PanicError), a cancellation. With a
-	// *pool.Pool the pool retries backend faults itself first
+	// *pool.WorkflowPool the pool retries backend faults itself first
 	// (EnqueueOpts.MaxAttempts). When no backend is left for a retry the
 	// node fails with its last job's error. Zero: none.
 	Retries int `json:"retries,omitempty"`

@@ -7,14 +7,14 @@ import (
 	"github.com/comfypool/comfypool/pool"
 )
 
-// Runner runs workflows for an Executor. *pool.Pool satisfies it (and the
+// Runner runs workflows for an Executor. *pool.WorkflowPool satisfies it (and the
 // optional interfaces below); tests may provide their own.
 type Runner interface {
-	// Enqueue adds a job and returns its ID (pool.Pool.Enqueue).
+	// Enqueue adds a job and returns its ID (pool.WorkflowPool.Enqueue).
 	Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error)
-	// Wait waits for the job's result (pool.Pool.Wait).
+	// Wait waits for the job's result (pool.WorkflowPool.Wait).
 	Wait(ctx context.Context, id string) (*pool.Result, error)
-	// Cancel cancels the job, interrupting it on its backend (pool.Pool.Cancel).
+	// Cancel cancels the job, interrupting it on its backend (pool.WorkflowPool.Cancel).
 	Cancel(ctx context.Context, id string) error
 }
 
@@ -23,7 +23,7 @@ type Runner interface {
 // node's Backend and Fallback are passed to the Runner as a preference.
 type BackendLister interface {
 	// Backends returns every backend's state, load and tags
-	// (pool.Pool.Backends); it is called for each node placed.
+	// (pool.WorkflowPool.Backends); it is called for each node placed.
 	Backends() []pool.BackendStats
 	// SystemStats returns a backend's /system_stats (free VRAM).
 	SystemStats(ctx context.Context, backend string) (*comfy.SystemStats, error)
@@ -35,9 +35,9 @@ type Subscriber interface {
 	Subscribe(kinds ...pool.EventKind) (<-chan pool.Event, func())
 }
 
-// *pool.Pool is the Runner the package is built for.
+// *pool.WorkflowPool is the Runner the package is built for.
 var (
-	_ Runner        = (*pool.Pool)(nil)
-	_ BackendLister = (*pool.Pool)(nil)
-	_ Subscriber    = (*pool.Pool)(nil)
+	_ Runner        = (*pool.WorkflowPool)(nil)
+	_ BackendLister = (*pool.WorkflowPool)(nil)
+	_ Subscriber    = (*pool.WorkflowPool)(nil)
 )

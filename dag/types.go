@@ -58,7 +58,7 @@ const (
 
 // Config configures an Executor.
 type Config struct {
-	// Runner runs the WORKFLOW nodes. Required. A *pool.Pool is one.
+	// Runner runs the WORKFLOW nodes. Required. A *pool.WorkflowPool is one.
 	Runner Runner
 	// Store keeps checkpoints (for Resume) and memoised results. Nil
 	// means a new MemoryStore, private to the Executor, which keeps every

@@ -538,7 +538,7 @@ func appendFailed(failed []string, err error, backend string) []string {
 // Fallback decides: FallbackNone fails with ErrNoBackend; FallbackAsk asks
 // wfDeps.Ask (nil: as FallbackNone) to pick one of the available
 // backends, ordered as FallbackAuto would, or to decline (ErrNoBackend);
-// FallbackAuto pins the first of that order. With a *pool.Pool the tag
+// FallbackAuto pins the first of that order. With a *pool.WorkflowPool the tag
 // keeps the job off backends added after the choice too.
 //
 // Without a BackendLister the choice is best effort: Backend becomes a

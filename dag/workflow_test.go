@@ -159,7 +159,7 @@ func (h *wftLog) warnings() []string {
 // fakes a wfRunner needs. Build it inside a synctest bubble.
 type wftBundle struct {
 	t       *testing.T
-	pool    *pool.Pool
+	pool    *pool.WorkflowPool
 	servers []*comfytest.Server
 	rep     *wftReporter
 	store   *wftStore
@@ -253,7 +253,7 @@ func wftRequests(s *comfytest.Server, suffix string) int {
 }
 
 // wftRead returns a file's bytes from backend.
-func wftRead(t testing.TB, p *pool.Pool, backend string, ref comfy.FileRef) []byte {
+func wftRead(t testing.TB, p *pool.WorkflowPool, backend string, ref comfy.FileRef) []byte {
 	t.Helper()
 	resp, err := p.View(t.Context(), backend, ref)
 	require.NoError(t, err)
@@ -698,12 +698,12 @@ func wftFailInvert(i int, typ, msg string) *comfytest.Options {
 
 // wftOneAttempt is a pool whose jobs get one attempt each, so that the
 // pool never retries a job itself and its failures reach the wfRunner.
-type wftOneAttempt struct{ *pool.Pool }
+type wftOneAttempt struct{ *pool.WorkflowPool }
 
 func (p wftOneAttempt) Enqueue(ctx context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
 	o := *opts
 	o.MaxAttempts = 1
-	return p.Pool.Enqueue(ctx, wf, &o)
+	return p.WorkflowPool.Enqueue(ctx, wf, &o)
 }
 
 func TestWorkflowRetriesOnAnotherBackend(t *testing.T) {
@@ -959,7 +959,7 @@ type wftOnlyRunner struct{ Runner }
 
 // wftOnlyRunner1 hides the optional interfaces of a pool whose jobs get
 // one attempt each.
-func wftOnlyRunner1(p *pool.Pool) wftOnlyRunner { return wftOnlyRunner{wftOneAttempt{p}} }
+func wftOnlyRunner1(p *pool.WorkflowPool) wftOnlyRunner { return wftOnlyRunner{wftOneAttempt{p}} }
 
 func TestWorkflowWithoutOptionalInterfaces(t *testing.T) {
 	t.Parallel()

@@ -64,7 +64,7 @@ const backendTagPrefix = "backend:"
 
 // newBackend creates the backend and its client (no I/O). bc has its
 // defaults applied and is valid.
-func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
+func (p *WorkflowPool) newBackend(bc BackendConfig, index int) (*backend, error) {
 	var opts comfy.ClientOptions
 	if bc.Client != nil {
 		opts = *bc.Client
@@ -91,7 +91,7 @@ func (p *Pool) newBackend(bc BackendConfig, index int) (*backend, error) {
 
 // list returns the current backends: an immutable snapshot, replaced (under
 // Pool.mu) when a backend is added or removed.
-func (p *Pool) list() []*backend {
+func (p *WorkflowPool) list() []*backend {
 	if l := p.backends.Load(); l != nil {
 		return *l
 	}
@@ -100,7 +100,7 @@ func (p *Pool) list() []*backend {
 
 // setListLocked replaces the snapshot and wakes backendsChanged's
 // waiters. Caller holds p.mu.
-func (p *Pool) setListLocked(l []*backend) {
+func (p *WorkflowPool) setListLocked(l []*backend) {
 	p.backends.Store(&l)
 	if p.listChanged != nil {
 		close(p.listChanged)
@@ -110,7 +110,7 @@ func (p *Pool) setListLocked(l []*backend) {
 
 // backendsChanged returns a channel closed at the next change of the
 // backend list (AddBackend, RemoveBackend).
-func (p *Pool) backendsChanged() <-chan struct{} {
+func (p *WorkflowPool) backendsChanged() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.listChanged == nil {
@@ -120,7 +120,7 @@ func (p *Pool) backendsChanged() <-chan struct{} {
 }
 
 // lookupLocked finds a backend by name. Caller holds p.mu.
-func (p *Pool) lookupLocked(name string) *backend {
+func (p *WorkflowPool) lookupLocked(name string) *backend {
 	for _, b := range p.list() {
 		if b.cfg.Name == name {
 			return b
@@ -131,7 +131,7 @@ func (p *Pool) lookupLocked(name string) *backend {
 
 // mayRun reports whether some backend that is not draining may ever run a
 // job of workflow wf with tags, not excluded.
-func (p *Pool) mayRun(wf string, tags, exclude []string) bool {
+func (p *WorkflowPool) mayRun(wf string, tags, exclude []string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range p.list() {
@@ -149,7 +149,7 @@ func (p *Pool) mayRun(wf string, tags, exclude []string) bool {
 // was down at Start; AddBackend does not wait for that. Before Start the
 // backend is simply added to the configured ones; after Stop began it
 // returns ErrClosed.
-func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
+func (p *WorkflowPool) AddBackend(ctx context.Context, bc BackendConfig) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (p *Pool) AddBackend(ctx context.Context, bc BackendConfig) error {
 // stay queued until a backend that may run them is added (their
 // Timeouts.Queue still applies). To let running jobs finish, use
 // DrainBackend. An unknown name gives an error matching ErrUnknownBackend.
-func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
+func (p *WorkflowPool) RemoveBackend(ctx context.Context, name string) error {
 	p.mu.Lock()
 	b, err := p.liveBackendLocked(name)
 	if err != nil {
@@ -213,7 +213,7 @@ func (p *Pool) RemoveBackend(ctx context.Context, name string) error {
 // draining (it takes no new job); call RemoveBackend to requeue its jobs
 // and remove it. An unknown name gives an error matching
 // ErrUnknownBackend.
-func (p *Pool) DrainBackend(ctx context.Context, name string) error {
+func (p *WorkflowPool) DrainBackend(ctx context.Context, name string) error {
 	p.mu.Lock()
 	b, err := p.liveBackendLocked(name)
 	if err != nil {
@@ -242,7 +242,7 @@ func (p *Pool) DrainBackend(ctx context.Context, name string) error {
 
 // removeLocked takes b out of the Pool. Caller holds p.mu. b's watcher
 // ends; once no job runs on it (maybe at once) its client is closed.
-func (p *Pool) removeLocked(b *backend) {
+func (p *WorkflowPool) removeLocked(b *backend) {
 	if b.removed {
 		return
 	}
@@ -255,7 +255,7 @@ func (p *Pool) removeLocked(b *backend) {
 
 // idleLocked closes b.idle and b's client when b is removed and runs no
 // job. Caller holds p.mu.
-func (p *Pool) idleLocked(b *backend) {
+func (p *WorkflowPool) idleLocked(b *backend) {
 	if b.inflight > 0 {
 		return
 	}
@@ -278,7 +278,7 @@ func (p *Pool) idleLocked(b *backend) {
 }
 
 // awaitIdle waits, bounded by ctx, until removed b runs no job.
-func (p *Pool) awaitIdle(ctx context.Context, b *backend) error {
+func (p *WorkflowPool) awaitIdle(ctx context.Context, b *backend) error {
 	select {
 	case <-b.idle:
 		return nil
@@ -290,7 +290,7 @@ func (p *Pool) awaitIdle(ctx context.Context, b *backend) error {
 // liveBackendLocked returns the named backend of a Pool that is not
 // stopping: ErrClosed when it is, an error matching ErrUnknownBackend when
 // there is no such backend. p.mu is held.
-func (p *Pool) liveBackendLocked(name string) (*backend, error) {
+func (p *WorkflowPool) liveBackendLocked(name string) (*backend, error) {
 	if p.stopping {
 		return nil, ErrClosed
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/comfypool/comfypool/pool"
 )
 
-func backendNames(p *pool.Pool) []string {
+func backendNames(p *pool.WorkflowPool) []string {
 	var names []string
 	for _, b := range p.Stats(context.Background()).Backends {
 		names = append(names, b.Name)

@@ -147,7 +147,7 @@ type capsRegistry struct {
 
 // capsReadyChanged returns a channel closed the next time a backend's
 // capabilities become ready (WaitConnected waits on it).
-func (p *Pool) capsReadyChanged() <-chan struct{} {
+func (p *WorkflowPool) capsReadyChanged() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.caps.readyCh == nil {
@@ -158,7 +158,7 @@ func (p *Pool) capsReadyChanged() <-chan struct{} {
 
 // capsReady reports whether b's first capability fetch ended (or routing
 // by capabilities is off).
-func (p *Pool) capsReady(b *backend) bool {
+func (p *WorkflowPool) capsReady(b *backend) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return b.caps.ready
@@ -166,7 +166,7 @@ func (p *Pool) capsReady(b *backend) bool {
 
 // becameReadyLocked marks b's capabilities ready and wakes
 // capsReadyChanged's waiters. Caller holds p.mu.
-func (p *Pool) becameReadyLocked(b *backend) {
+func (p *WorkflowPool) becameReadyLocked(b *backend) {
 	b.caps.ready = true
 	if p.caps.readyCh != nil {
 		close(p.caps.readyCh)
@@ -311,7 +311,7 @@ type needItem struct {
 // lists (except inputs that skip names: the job's input files, patched at
 // submit). Nodes in id order, a node's class first, then its inputs by
 // name. Caller holds p.mu.
-func (p *Pool) needItemsLocked(wf comfy.Workflow, skip []InputFile) []needItem {
+func (p *WorkflowPool) needItemsLocked(wf comfy.Workflow, skip []InputFile) []needItem {
 	ids := slices.SortedFunc(maps.Keys(wf), comfy.CompareNodeIDs)
 	var items []needItem
 	for _, id := range ids {
@@ -346,7 +346,7 @@ func targeted(files []InputFile, node, input string) bool {
 // needsLocked returns the job's needs (sorted, deduplicated) with the
 // Pool's current knowledge, and records them on js. nil when capability
 // routing is off. Caller holds p.mu.
-func (p *Pool) needsLocked(js *jobState) []string {
+func (p *WorkflowPool) needsLocked(js *jobState) []string {
 	if js.wf != nil && js.needsGen != p.caps.gen+1 {
 		js.needs = p.needsOfLocked(js.wf, js.opts.Inputs)
 		js.needsGen = p.caps.gen + 1
@@ -356,7 +356,7 @@ func (p *Pool) needsLocked(js *jobState) []string {
 
 // needsOfLocked returns what wf needs (sorted, deduplicated; nil when
 // capability routing is off). Caller holds p.mu.
-func (p *Pool) needsOfLocked(wf comfy.Workflow, inputs []InputFile) []string {
+func (p *WorkflowPool) needsOfLocked(wf comfy.Workflow, inputs []InputFile) []string {
 	if p.cfg.Capabilities.Disable {
 		return nil
 	}
@@ -380,7 +380,7 @@ const (
 
 // candidatesLocked returns the backends that may run js by configuration
 // (not draining, workflows, tags, exclusions).
-func (p *Pool) candidatesLocked(js *jobState) []*backend {
+func (p *WorkflowPool) candidatesLocked(js *jobState) []*backend {
 	var out []*backend
 	for _, b := range p.list() {
 		if !b.draining && b.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, b.cfg.Name) {
@@ -393,7 +393,7 @@ func (p *Pool) candidatesLocked(js *jobState) []*backend {
 // evaluateLocked says whether some backend can run js with needs. A job
 // that no backend may run by configuration (all removed, say) is not a
 // capability matter: schedOK. Caller holds p.mu.
-func (p *Pool) evaluateLocked(js *jobState, needs []string) schedulability {
+func (p *WorkflowPool) evaluateLocked(js *jobState, needs []string) schedulability {
 	cands := p.candidatesLocked(js)
 	if len(cands) == 0 {
 		return schedOK
@@ -416,7 +416,7 @@ func (p *Pool) evaluateLocked(js *jobState, needs []string) schedulability {
 // settleStatusLocked evaluates a waiting job and sets its status; it
 // returns the job:unschedulable event to publish (Kind empty when none).
 // Caller holds p.mu.
-func (p *Pool) settleStatusLocked(js *jobState, needs []string) Event {
+func (p *WorkflowPool) settleStatusLocked(js *jobState, needs []string) Event {
 	s := p.evaluateLocked(js, needs)
 	var why *UnschedulableError
 	if s == schedUnschedulable {
@@ -427,7 +427,7 @@ func (p *Pool) settleStatusLocked(js *jobState, needs []string) Event {
 
 // explainLocked names what js needs that cands lack: the first need no
 // backend meets, or else what the backend that misses fewest lacks first.
-func (p *Pool) explainLocked(js *jobState, cands []*backend) *UnschedulableError {
+func (p *WorkflowPool) explainLocked(js *jobState, cands []*backend) *UnschedulableError {
 	items := p.needItemsLocked(js.wf, js.opts.Inputs)
 	toErr := func(it needItem, backend string) *UnschedulableError {
 		return &UnschedulableError{Node: it.node, ClassType: it.class, Input: it.input, Value: it.value, Backend: backend}
@@ -467,7 +467,7 @@ func waitingLocked(js *jobState) bool {
 
 // applyLocked sets a waiting job's status from its schedulability and
 // returns the event to publish (Kind empty when none).
-func (p *Pool) applyLocked(js *jobState, s schedulability, why *UnschedulableError) Event {
+func (p *WorkflowPool) applyLocked(js *jobState, s schedulability, why *UnschedulableError) Event {
 	switch s {
 	case schedUnschedulable:
 		was := js.unsched
@@ -487,7 +487,7 @@ func (p *Pool) applyLocked(js *jobState, s schedulability, why *UnschedulableErr
 // markCapsChangedLocked notes that what the backends can run changed:
 // the dispatcher re-evaluates waiting jobs before it next leases. Caller
 // holds p.mu.
-func (p *Pool) markCapsChangedLocked() {
+func (p *WorkflowPool) markCapsChangedLocked() {
 	p.caps.dirty = true
 	p.poke()
 }
@@ -496,7 +496,7 @@ func (p *Pool) markCapsChangedLocked() {
 // changed (a fetch, a backend added or removed): a job becomes
 // unschedulable (job:unschedulable) or runnable again. Jobs with equal
 // needs are evaluated once. Called by the dispatcher.
-func (p *Pool) recheck() {
+func (p *WorkflowPool) recheck() {
 	p.mu.Lock()
 	if !p.caps.dirty {
 		p.mu.Unlock()
@@ -528,7 +528,7 @@ func (p *Pool) recheck() {
 	p.publishUnschedulable(evs)
 }
 
-func (p *Pool) publishUnschedulable(evs []Event) {
+func (p *WorkflowPool) publishUnschedulable(evs []Event) {
 	for _, ev := range evs {
 		p.log.Info("job unschedulable", "job_id", ev.JobID, "error", ev.Err)
 		p.events.publish(ev)
@@ -538,7 +538,7 @@ func (p *Pool) publishUnschedulable(evs []Event) {
 // checkUnschedulable answers Enqueue's RejectUnschedulable: the
 // *UnschedulableError when no backend can run wf, nil otherwise (also when
 // some backend's capabilities are not known yet).
-func (p *Pool) checkUnschedulable(wf comfy.Workflow, wh string, o *EnqueueOpts) error {
+func (p *WorkflowPool) checkUnschedulable(wf comfy.Workflow, wh string, o *EnqueueOpts) error {
 	if p.cfg.Capabilities.Disable {
 		return nil
 	}
@@ -553,7 +553,7 @@ func (p *Pool) checkUnschedulable(wf comfy.Workflow, wh string, o *EnqueueOpts) 
 
 // admitLocked computes a new job's needs and its first status. Caller
 // holds p.mu; the returned event (if any) is published after job:queued.
-func (p *Pool) admitLocked(js *jobState) Event {
+func (p *WorkflowPool) admitLocked(js *jobState) Event {
 	if p.cfg.Capabilities.Disable {
 		return Event{}
 	}
@@ -566,7 +566,7 @@ func (p *Pool) admitLocked(js *jobState) Event {
 // when it was enqueued, say by a process that holds no backend). It
 // returns those needs when b does not meet them, nil when it does. Caller
 // holds p.mu.
-func (p *Pool) unmetLocked(b *backend, js *jobState) []string {
+func (p *WorkflowPool) unmetLocked(b *backend, js *jobState) []string {
 	if p.cfg.Capabilities.Disable || b.caps.set == nil {
 		return nil
 	}
@@ -583,7 +583,7 @@ func (p *Pool) unmetLocked(b *backend, js *jobState) []string {
 // reroute gives a leased job back to the queue, without an attempt and
 // without sending a prompt, with needs that b does not meet, so that it
 // goes to a backend that has them (or waits, unschedulable).
-func (p *Pool) reroute(b *backend, js *jobState, token string, needs []string) {
+func (p *WorkflowPool) reroute(b *backend, js *jobState, token string, needs []string) {
 	ctx, cancel := bgCtx()
 	defer cancel()
 	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
@@ -612,7 +612,7 @@ func (p *Pool) reroute(b *backend, js *jobState, token string, needs []string) {
 // no attempt counted in the queue (the attempt is still recorded on the
 // job), and the job is requeued with its new needs, to wait as
 // unschedulable until a backend that has them joins. It reports true then.
-func (p *Pool) missingEverywhere(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) bool {
+func (p *WorkflowPool) missingEverywhere(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) bool {
 	var pe *comfy.PromptError
 	if p.cfg.Capabilities.Disable || !errors.As(err, &pe) || !pe.MissingOnServer() {
 		return false
@@ -644,7 +644,7 @@ func (p *Pool) missingEverywhere(ctx context.Context, js *jobState, b *backend, 
 
 // fetchCaps fetches b's /object_info and installs its capabilities.
 // Concurrent fetches of one backend are collapsed into one.
-func (p *Pool) fetchCaps(ctx context.Context, b *backend) error {
+func (p *WorkflowPool) fetchCaps(ctx context.Context, b *backend) error {
 	_, err, _ := p.flight.Do("caps/"+strconv.Itoa(b.index), func() (any, error) {
 		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
 		defer cancel()
@@ -666,7 +666,7 @@ func (p *Pool) fetchCaps(ctx context.Context, b *backend) error {
 
 // setCaps installs b's capabilities and has waiting jobs re-evaluated
 // when they changed.
-func (p *Pool) setCaps(b *backend, set *queue.Capabilities) {
+func (p *WorkflowPool) setCaps(b *backend, set *queue.Capabilities) {
 	p.mu.Lock()
 	if b.removed {
 		p.mu.Unlock()
@@ -691,7 +691,7 @@ func (p *Pool) setCaps(b *backend, set *queue.Capabilities) {
 
 // capsFailed notes a failed fetch: a backend whose capabilities were never
 // known leases unfiltered (availability first) until a fetch succeeds.
-func (p *Pool) capsFailed(b *backend, err error) {
+func (p *WorkflowPool) capsFailed(b *backend, err error) {
 	p.mu.Lock()
 	first := !b.caps.ready
 	p.becameReadyLocked(b)
@@ -710,7 +710,7 @@ func (p *Pool) capsFailed(b *backend, err error) {
 // what it has (or its capabilities are not known yet). A retry after a
 // backend fault excludes b only then; else it waits for b. Caller holds
 // p.mu.
-func (p *Pool) runnableElsewhereLocked(js *jobState, b *backend) bool {
+func (p *WorkflowPool) runnableElsewhereLocked(js *jobState, b *backend) bool {
 	for _, o := range p.candidatesLocked(js) {
 		if o != b && (!o.caps.ready || o.caps.set == nil || o.caps.set.MeetsAll(js.needs)) {
 			return true
@@ -721,14 +721,14 @@ func (p *Pool) runnableElsewhereLocked(js *jobState, b *backend) bool {
 
 // dropCapsLocked forgets a removed backend's capabilities. Caller holds
 // p.mu.
-func (p *Pool) dropCapsLocked(b *backend) {
+func (p *WorkflowPool) dropCapsLocked(b *backend) {
 	p.caps.count(b.caps.set, -1)
 	p.markCapsChangedLocked()
 }
 
 // fetchVRAM refreshes b's free VRAM (the first device of /system_stats,
 // as ComfyUI uses it), for the Policy. A failure keeps the last value.
-func (p *Pool) fetchVRAM(ctx context.Context, b *backend) {
+func (p *WorkflowPool) fetchVRAM(ctx context.Context, b *backend) {
 	_, _, _ = p.flight.Do("vram/"+strconv.Itoa(b.index), func() (any, error) {
 		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
 		defer cancel()
@@ -748,7 +748,7 @@ func (p *Pool) fetchVRAM(ctx context.Context, b *backend) {
 // with backoff while it fails and b stays connected, and /system_stats;
 // after every prompt (kickVRAM) it fetches /system_stats. It runs beside
 // b's watcher and ends with it (ctx).
-func (p *Pool) refresher(ctx context.Context, b *backend) {
+func (p *WorkflowPool) refresher(ctx context.Context, b *backend) {
 	var retry timer
 	defer retry.stop()
 	delay := time.Second

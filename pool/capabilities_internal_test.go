@@ -51,7 +51,7 @@ func TestCapabilitiesOfObjectInfo(t *testing.T) {
 
 func TestNeedsOfWorkflow(t *testing.T) {
 	t.Parallel()
-	p := &Pool{cfg: Config{Capabilities: CapabilitiesConfig{}}}
+	p := &WorkflowPool{cfg: Config{Capabilities: CapabilitiesConfig{}}}
 	p.caps.count(capabilitiesOf(parseInfo(t), nil), +1)
 	wf, err := comfy.ParseWorkflow([]byte(`{
 	 "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sdxl.safetensors"}},

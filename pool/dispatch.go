@@ -20,7 +20,7 @@ import (
 // let a job run (a job became leasable, a slot freed, a backend changed
 // state or left its reconnect grace, a failover block ended) and then
 // leases for every free backend.
-func (p *Pool) dispatchLoop() {
+func (p *WorkflowPool) dispatchLoop() {
 	ready := p.q.Ready()
 	var poll <-chan time.Time
 	if ready == nil { // a driver without queue.Notifier: the only polling case
@@ -44,7 +44,7 @@ func (p *Pool) dispatchLoop() {
 
 // notePreferLocked registers a job with EnqueueOpts.PreferBackends, for
 // dispatch. Caller holds p.mu.
-func (p *Pool) notePreferLocked(js *jobState) {
+func (p *WorkflowPool) notePreferLocked(js *jobState) {
 	if len(js.opts.PreferBackends) == 0 {
 		return
 	}
@@ -57,7 +57,7 @@ func (p *Pool) notePreferLocked(js *jobState) {
 // dispatch leases jobs for free backends until none can take more. Each
 // round lists the free backends, lets the Policy order them (backends that
 // waiting jobs prefer first), and leases one job for each.
-func (p *Pool) dispatch() {
+func (p *WorkflowPool) dispatch() {
 	for {
 		select {
 		case <-p.stopCh:
@@ -159,7 +159,7 @@ func (p *Pool) dispatch() {
 // stale reported: the round's order did not account for it (a backend
 // ordered earlier, which it prefers or whose warm workflow it has, leased
 // nothing before it existed), so the round must order the backends again.
-func (p *Pool) lease(b *backend, prefer []string, seen uint64) (leased, stale bool) {
+func (p *WorkflowPool) lease(b *backend, prefer []string, seen uint64) (leased, stale bool) {
 	p.mu.Lock()
 	if b.draining || b.inflight >= b.cfg.MaxInFlight {
 		p.mu.Unlock()
@@ -230,7 +230,7 @@ type slot struct {
 
 // freeLocked frees sl unless it was freed, and reports whether it did
 // (then the caller wakes the dispatcher). Caller holds p.mu.
-func (p *Pool) freeLocked(sl *slot) bool {
+func (p *WorkflowPool) freeLocked(sl *slot) bool {
 	if sl == nil || sl.freed {
 		return false
 	}
@@ -242,7 +242,7 @@ func (p *Pool) freeLocked(sl *slot) bool {
 }
 
 // free frees sl unless it was freed, and wakes the dispatcher.
-func (p *Pool) free(sl *slot) {
+func (p *WorkflowPool) free(sl *slot) {
 	p.mu.Lock()
 	freed := p.freeLocked(sl)
 	p.mu.Unlock()
@@ -251,7 +251,7 @@ func (p *Pool) free(sl *slot) {
 	}
 }
 
-func (p *Pool) backoff(n int) time.Duration {
+func (p *WorkflowPool) backoff(n int) time.Duration {
 	if p.cfg.BackoffMin < 0 {
 		return 0
 	}
@@ -277,7 +277,7 @@ func bgCtx() (context.Context, context.CancelFunc) {
 }
 
 // runJob runs one leased job on b: submit, watch, and settle the lease.
-func (p *Pool) runJob(b *backend, qj *queue.Job) {
+func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 	sl := &slot{b: b}
 	defer p.free(sl) // unless finish freed it
 	p.mu.Lock()
@@ -394,7 +394,7 @@ func (p *Pool) runJob(b *backend, qj *queue.Job) {
 // interrupting it on cancel, timeout or hard stop. It returns the prompt's
 // result, or the error that ended it (a start timeout replaces the
 // interrupt error).
-func (p *Pool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
+func (p *WorkflowPool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
 	hb := time.NewTicker(max(p.cfg.LeaseDuration/3, time.Millisecond))
 	defer hb.Stop()
 	// Two bounds keep a job from waiting forever on a prompt: the backend
@@ -472,7 +472,7 @@ func (p *Pool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *qu
 	}
 }
 
-func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cres *comfy.Result) {
+func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Attempt, cres *comfy.Result) {
 	p.mu.Lock()
 	cancelled := js.cancelled
 	p.mu.Unlock()
@@ -503,7 +503,7 @@ func (p *Pool) completed(js *jobState, b *backend, token string, att Attempt, cr
 
 // settleCancelled ends a job whose cancel (or queue/overall timeout) was
 // requested while this runner held its lease.
-func (p *Pool) settleCancelled(js *jobState, token string) {
+func (p *WorkflowPool) settleCancelled(js *jobState, token string) {
 	p.mu.Lock()
 	timedOut := js.timedOut
 	p.mu.Unlock()
@@ -528,7 +528,7 @@ func (p *Pool) settleCancelled(js *jobState, token string) {
 }
 
 // settle handles a failed attempt (err != nil).
-func (p *Pool) settle(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) {
+func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, token string, att Attempt, err error) {
 	p.mu.Lock()
 	cancelled := js.cancelled
 	p.mu.Unlock()

@@ -7,15 +7,15 @@
 // # Setup
 //
 // A [Config] lists the backends; [New] validates it (copying it) and
-// [Pool.Start] connects every backend in the background and starts the
+// [WorkflowPool.Start] connects every backend in the background and starts the
 // dispatcher. A backend that is down at start does not stop the Pool: it
-// takes work once its WebSocket connects. [Pool.Stop] stops dispatching,
+// takes work once its WebSocket connects. [WorkflowPool.Stop] stops dispatching,
 // lets in-flight prompts finish, then closes the clients, the queue if the
 // Pool created it, and every event channel. When its context ends first it
 // returns the context's error at once, and the stop goes on: in-flight
 // prompts are interrupted and their jobs requeued without counting the
 // attempt against MaxAttempts (it is still listed in the job's Attempts);
-// call Stop again (or wait on [Pool.Stopped]) to wait for the end.
+// call Stop again (or wait on [WorkflowPool.Stopped]) to wait for the end.
 //
 //	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{
 //		{Name: "gpu-1", URL: "http://10.0.0.1:8188"},
@@ -28,12 +28,12 @@
 //
 // # Jobs
 //
-// [Pool.Enqueue] stores a job in the queue (priority, metadata, attempts,
+// [WorkflowPool.Enqueue] stores a job in the queue (priority, metadata, attempts,
 // idempotency key, required tags, excluded backends, [Timeouts]) and returns
-// its ID; [Pool.Wait] waits for its [Result]; [Pool.Run] does both.
-// [Pool.Cancel] removes a queued job or interrupts a running one on its
+// its ID; [WorkflowPool.Wait] waits for its [Result]; [WorkflowPool.Run] does both.
+// [WorkflowPool.Cancel] removes a queued job or interrupts a running one on its
 // backend; either way the job ends as cancelled, is not retried and blocks
-// no backend. [Pool.Job] returns the job's record: status, attempts (which
+// no backend. [WorkflowPool.Job] returns the job's record: status, attempts (which
 // backend, which prompt, why it failed), timings. Terminal records are kept
 // for Config.Retention or up to Config.MaxRetained.
 //
@@ -81,9 +81,9 @@
 //
 // # Backends and policy
 //
-// [Pool.AddBackend], [Pool.RemoveBackend] (running jobs are interrupted and
+// [WorkflowPool.AddBackend], [WorkflowPool.RemoveBackend] (running jobs are interrupted and
 // requeued without counting the attempt against MaxAttempts; it is listed,
-// matching [ErrBackendRemoved]) and [Pool.DrainBackend] (no new
+// matching [ErrBackendRemoved]) and [WorkflowPool.DrainBackend] (no new
 // jobs; waits for running ones, then removes) change the pool at run time.
 // A backend is claimed only when connected, below MaxInFlight and out of
 // its BackendConfig.ReconnectGrace (time for its client to reconcile
@@ -141,7 +141,7 @@
 //
 // # Events
 //
-// [Pool.Subscribe] returns a channel of [Event] for the kinds asked for
+// [WorkflowPool.Subscribe] returns a channel of [Event] for the kinds asked for
 // ("job:queued", "job:started", "job:progress", "job:preview", "job:output",
 // "job:retrying", "job:completed", "job:failed", "job:cancelled",
 // "job:unschedulable", "client:state", "client:capabilities",

@@ -13,11 +13,11 @@ import (
 	"github.com/comfypool/comfypool/pool"
 )
 
-// ExamplePool_Subscribe follows a job whose first attempt fails with an
+// ExampleWorkflowPool_Subscribe follows a job whose first attempt fails with an
 // HTTP 503 (a backend fault): the job is retried and completes. A
 // subscriber gets only the kinds it asked for; its channel closes when the
 // Pool stops.
-func ExamplePool_Subscribe() {
+func ExampleWorkflowPool_Subscribe() {
 	srv := comfytest.NewServer(nil)
 	defer srv.Close()
 	srv.FailNext("/prompt", 1, 503)
@@ -62,10 +62,10 @@ func ExamplePool_Subscribe() {
 	// job:completed on gpu-1 after 2 attempts
 }
 
-// ExamplePool_Stop shuts a Pool down gracefully: the running job
+// ExampleWorkflowPool_Stop shuts a Pool down gracefully: the running job
 // finishes, the job still queued stays queued (its Wait returns
 // ErrClosed), and Enqueue is refused.
-func ExamplePool_Stop() {
+func ExampleWorkflowPool_Stop() {
 	srv := comfytest.NewServer(&comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{
 		"ImageInvert": {Duration: 200 * time.Millisecond},
 	}})

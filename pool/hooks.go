@@ -45,7 +45,7 @@ type Accounting interface {
 }
 
 // reserve calls Accounting.Reserve if one is configured.
-func (p *Pool) reserve(ctx context.Context, info *JobInfo) (res string, err error) {
+func (p *WorkflowPool) reserve(ctx context.Context, info *JobInfo) (res string, err error) {
 	a := p.cfg.Accounting
 	if a == nil {
 		return "", nil
@@ -66,7 +66,7 @@ func (p *Pool) reserve(ctx context.Context, info *JobInfo) (res string, err erro
 // accountLocked claims the job's one Consume/Refund call: it returns a
 // snapshot of the job for the hook, or nil when there is nothing to settle
 // (no Accounting, or already settled). Called with Pool.mu held.
-func (p *Pool) accountLocked(js *jobState) *JobInfo {
+func (p *WorkflowPool) accountLocked(js *jobState) *JobInfo {
 	if !js.reserved || js.accounted {
 		return nil
 	}
@@ -76,7 +76,7 @@ func (p *Pool) accountLocked(js *jobState) *JobInfo {
 
 // settleAccount calls Consume (res != nil) or Refund for a job claimed by
 // accountLocked. Called without Pool.mu.
-func (p *Pool) settleAccount(info *JobInfo, res *Result, why error) {
+func (p *WorkflowPool) settleAccount(info *JobInfo, res *Result, why error) {
 	a := p.cfg.Accounting
 	if info == nil || a == nil {
 		return
@@ -98,7 +98,7 @@ func (p *Pool) settleAccount(info *JobInfo, res *Result, why error) {
 // refundUnfinished refunds every job that has not ended: the Pool is
 // stopping and will never settle it. Called by Stop once the runners are
 // done.
-func (p *Pool) refundUnfinished() {
+func (p *WorkflowPool) refundUnfinished() {
 	if p.cfg.Accounting == nil {
 		return
 	}

@@ -137,7 +137,7 @@ func validateInputs(in []InputFile, wf comfy.Workflow) error {
 // job's workflow itself when it has no input files, else a copy whose
 // target inputs name the files just uploaded to b. An upload failure is
 // returned as is (a backend fault: the job is retried elsewhere).
-func (p *Pool) prepareInputs(ctx context.Context, b *backend, js *jobState) (comfy.Workflow, error) {
+func (p *WorkflowPool) prepareInputs(ctx context.Context, b *backend, js *jobState) (comfy.Workflow, error) {
 	p.mu.Lock()
 	wf := js.wf
 	p.mu.Unlock()
@@ -175,7 +175,7 @@ func (p *Pool) prepareInputs(ctx context.Context, b *backend, js *jobState) (com
 
 // openInputFile returns a reader of f's content: Data, Open, or a download
 // from f.Source's backend. A failure is an *InputError.
-func (p *Pool) openInputFile(ctx context.Context, f InputFile) (io.ReadCloser, error) {
+func (p *WorkflowPool) openInputFile(ctx context.Context, f InputFile) (io.ReadCloser, error) {
 	switch {
 	case f.Data != nil:
 		return io.NopCloser(bytes.NewReader(f.Data)), nil
@@ -213,7 +213,7 @@ func openInput(f InputFile) (r io.ReadCloser, err error) {
 // the resulting workflow to b. When the submit fails in a way that leaves
 // the server maybe holding the prompt (no answer), it cancels the prompt
 // by id before returning, so that it does not run beside the job's retry.
-func (p *Pool) submit(ctx context.Context, b *backend, js *jobState, opts *comfy.RunOptions) (*comfy.Prompt, error) {
+func (p *WorkflowPool) submit(ctx context.Context, b *backend, js *jobState, opts *comfy.RunOptions) (*comfy.Prompt, error) {
 	wf, err := p.prepareInputs(ctx, b, js)
 	if err != nil {
 		return nil, err

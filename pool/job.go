@@ -161,8 +161,8 @@ type Result struct {
 	// Comfy is the backend's full result.
 	Comfy *comfy.Result
 
-	files []OutputFile // see OutputFiles
-	pool  *Pool        // for Open
+	files []OutputFile  // see OutputFiles
+	pool  *WorkflowPool // for Open
 }
 
 // Files returns the file records of every output, ordered by node id.
@@ -258,7 +258,7 @@ func (js *jobState) info() *JobInfo {
 }
 
 // armTimeouts starts the queue and overall timers. Called with Pool.mu held.
-func (p *Pool) armTimeouts(js *jobState) {
+func (p *WorkflowPool) armTimeouts(js *jobState) {
 	t := js.opts.Timeouts
 	if t.Queue > 0 {
 		js.timers = append(js.timers, time.AfterFunc(t.Queue, func() { p.timeout(js, "queue") }))
@@ -271,7 +271,7 @@ func (p *Pool) armTimeouts(js *jobState) {
 // timeout fires a queue or overall timeout: a job not yet started is
 // removed from the queue and failed here; a running one is told through
 // cancelCh and its runner ends it.
-func (p *Pool) timeout(js *jobState, which string) {
+func (p *WorkflowPool) timeout(js *jobState, which string) {
 	p.mu.Lock()
 	if js.terminal || js.cancelled || (which == "queue" && (js.status == StatusRunning || js.promptID != "")) {
 		p.mu.Unlock()
@@ -306,7 +306,7 @@ type keyEntry struct {
 // claimKey returns the ID of the job holding key, or claims key for a new
 // job (returning its entry) when none does. It waits while another Enqueue
 // with the same key is in progress.
-func (p *Pool) claimKey(ctx context.Context, key string) (string, *keyEntry, error) {
+func (p *WorkflowPool) claimKey(ctx context.Context, key string) (string, *keyEntry, error) {
 	for {
 		p.mu.Lock()
 		if p.stopping {
@@ -338,7 +338,7 @@ func (p *Pool) claimKey(ctx context.Context, key string) (string, *keyEntry, err
 
 // releaseKey ends the Enqueue that claimed key: on failure the key is
 // free again.
-func (p *Pool) releaseKey(key string, e *keyEntry) {
+func (p *WorkflowPool) releaseKey(key string, e *keyEntry) {
 	p.mu.Lock()
 	if e.id == "" && p.keys[key] == e {
 		delete(p.keys, key)

@@ -29,7 +29,7 @@ var errStopped = errors.New("pool: stopping")
 // answers GET /system_stats (within 2s) with 401, 403 or 404 (wrong
 // credentials or base path for all of them). A backend that is down, slow
 // or failing (5xx) does not fail Start. Malformed URLs are rejected by New.
-func (p *Pool) Start(ctx context.Context) error {
+func (p *WorkflowPool) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func (p *Pool) Start(ctx context.Context) error {
 // watch connects b and reports its state changes until Stop or b's
 // removal. After a reconnect it holds b back for its ReconnectGrace, and
 // wakes the dispatcher when the grace ends.
-func (p *Pool) watch(b *backend) {
+func (p *WorkflowPool) watch(b *backend) {
 	ctx, cancel := context.WithCancel(p.hardCtx)
 	defer cancel()
 	go func() { // ends Connect's wait when Stop begins or b is removed
@@ -138,7 +138,7 @@ func (p *Pool) watch(b *backend) {
 // everything is closed as above. Call Stop again to keep waiting, or wait
 // on Stopped. Stop is idempotent, safe for concurrent use, and may be
 // called before Start.
-func (p *Pool) Stop(ctx context.Context) error {
+func (p *WorkflowPool) Stop(ctx context.Context) error {
 	p.beginStop()
 	select {
 	case <-p.stoppedCh:
@@ -158,7 +158,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 // starts, once, the goroutine that finishes the stop (finishStop). That
 // goroutine belongs to the Pool, not to one Stop call: a Stop whose ctx
 // ends leaves it running; closing stoppedCh is its last act.
-func (p *Pool) beginStop() {
+func (p *WorkflowPool) beginStop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
@@ -171,7 +171,7 @@ func (p *Pool) beginStop() {
 
 // finishStop waits for the consumers (the job runners, which give up when
 // a Stop's ctx ends), then closes the state writers, and closes stoppedCh.
-func (p *Pool) finishStop() {
+func (p *WorkflowPool) finishStop() {
 	p.wg.Wait()
 	p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
 	// State writers last.
@@ -193,7 +193,7 @@ func (p *Pool) finishStop() {
 }
 
 // Stopped returns a channel closed when Stop has finished.
-func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
+func (p *WorkflowPool) Stopped() <-chan struct{} { return p.stoppedCh }
 
 // StopAndCancel cancels every job that has not ended, then stops the Pool
 // like Stop. Queued and retrying jobs are removed from the queue; running
@@ -203,7 +203,7 @@ func (p *Pool) Stopped() <-chan struct{} { return p.stoppedCh }
 // everything; if ctx ends first it returns ctx's error at once, as Stop
 // does, and the stop goes on in the background. A job enqueued while
 // StopAndCancel runs may be left in the queue, as with Stop.
-func (p *Pool) StopAndCancel(ctx context.Context) error {
+func (p *WorkflowPool) StopAndCancel(ctx context.Context) error {
 	type pending struct {
 		js     *jobState
 		leased bool
@@ -241,7 +241,7 @@ const probeTimeout = 2 * time.Second
 
 // probe is Start's check that the configuration works at all: the queue
 // answers, and not every backend rejects the Pool's requests (see Start).
-func (p *Pool) probe(ctx context.Context, backends []*backend) error {
+func (p *WorkflowPool) probe(ctx context.Context, backends []*backend) error {
 	p.mu.Lock()
 	skip := p.started || p.stopping // Start answers these itself
 	p.mu.Unlock()
@@ -286,7 +286,7 @@ func rejected(err error) bool {
 const closeTimeout = 5 * time.Second
 
 // closeClients closes every backend's client (see closeAll).
-func (p *Pool) closeClients() {
+func (p *WorkflowPool) closeClients() {
 	var cs []closer
 	for _, b := range p.list() {
 		cs = append(cs, b.client)

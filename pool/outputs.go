@@ -114,7 +114,7 @@ func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputF
 // DownloadOutputs from b, before the job completes, and keeps them in the
 // job's record. A download error is returned as is (a backend fault: the
 // job is retried elsewhere); too many bytes give an *OutputTooLargeError.
-func (p *Pool) fetchOutputs(ctx context.Context, js *jobState, b *backend, cres *comfy.Result) error {
+func (p *WorkflowPool) fetchOutputs(ctx context.Context, js *jobState, b *backend, cres *comfy.Result) error {
 	if !js.opts.DownloadOutputs || cres == nil {
 		return nil
 	}

@@ -24,10 +24,10 @@ import (
 	"github.com/comfypool/comfypool/queue/memqueue"
 )
 
-// Pool runs ComfyUI workflows on a set of backends through a job queue.
+// WorkflowPool runs ComfyUI workflows on a set of backends through a job queue.
 // Create it with New, then Start it; Stop releases everything. A Pool is safe
 // for concurrent use by multiple goroutines.
-type Pool struct {
+type WorkflowPool struct {
 	cfg      Config
 	log      *slog.Logger
 	q        *queue.Queue
@@ -65,7 +65,7 @@ type Pool struct {
 
 // New validates cfg and returns a Pool that is not started. cfg is copied.
 // It creates one comfy.Client per backend (no I/O yet).
-func New(cfg *Config) (*Pool, error) {
+func New(cfg *Config) (*WorkflowPool, error) {
 	if cfg == nil {
 		return nil, errors.New("pool: Config is required")
 	}
@@ -73,7 +73,7 @@ func New(cfg *Config) (*Pool, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{
+	p := &WorkflowPool{
 		cfg:       c,
 		log:       c.Logger.With("component", "pool"),
 		wake:      make(chan struct{}, 1),
@@ -139,7 +139,7 @@ func New(cfg *Config) (*Pool, error) {
 	return p, nil
 }
 
-func (p *Pool) dropWarner() func() {
+func (p *WorkflowPool) dropWarner() func() {
 	var last time.Time
 	return func() { // called under the bus lock
 		if now := time.Now(); now.Sub(last) >= time.Second {
@@ -150,7 +150,7 @@ func (p *Pool) dropWarner() func() {
 }
 
 // poke wakes the dispatcher.
-func (p *Pool) poke() {
+func (p *WorkflowPool) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -166,7 +166,7 @@ func (p *Pool) poke() {
 // connections: a program that wants its backends up before its first job
 // (or EnqueueOpts.RejectUnschedulable to judge with every backend's
 // capabilities) calls this after Start.
-func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
+func (p *WorkflowPool) WaitConnected(ctx context.Context, n int) (int, error) {
 	for {
 		listCh := p.backendsChanged() // before list: no change is missed
 		capsCh := p.capsReadyChanged()
@@ -214,7 +214,7 @@ func (p *Pool) WaitConnected(ctx context.Context, n int) (int, error) {
 // today's. An unknown kind panics (a programming error). Sends never block:
 // a full channel loses the event, counted in Stats.EventsDropped. Every
 // channel is closed when Stop finishes.
-func (p *Pool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
+func (p *WorkflowPool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
 	return p.events.subscribe(kinds)
 }
 
@@ -258,7 +258,7 @@ type Stats struct {
 // Stats returns a snapshot of the Pool's counters. It counts the job
 // records the Pool holds (Config.MaxRetained of them at most) and asks the
 // queue for its own: for the backends alone, Backends is cheaper.
-func (p *Pool) Stats(ctx context.Context) Stats {
+func (p *WorkflowPool) Stats(ctx context.Context) Stats {
 	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
 	s.Backends = p.Backends()
 	p.mu.Lock()
@@ -276,7 +276,7 @@ func (p *Pool) Stats(ctx context.Context) Stats {
 // its capabilities (Stats.Backends, without the job and queue counts). It
 // does no I/O and takes time in the number of backends only, so a
 // scheduler may call it for each decision.
-func (p *Pool) Backends() []BackendStats {
+func (p *WorkflowPool) Backends() []BackendStats {
 	backends := p.list()
 	// Client state is read outside p.mu: the client has locks of its own.
 	states := make([]comfy.State, len(backends))
@@ -298,7 +298,7 @@ func (p *Pool) Backends() []BackendStats {
 
 // View downloads an output file from the backend that produced it (see
 // Result.Backend), streaming. The caller closes the body.
-func (p *Pool) View(ctx context.Context, backendName string, ref comfy.FileRef) (*comfy.ViewResponse, error) {
+func (p *WorkflowPool) View(ctx context.Context, backendName string, ref comfy.FileRef) (*comfy.ViewResponse, error) {
 	b, err := p.named(backendName)
 	if err != nil {
 		return nil, err
@@ -309,7 +309,7 @@ func (p *Pool) View(ctx context.Context, backendName string, ref comfy.FileRef) 
 // SystemStats returns a backend's host, versions and devices (its GET
 // /system_stats: free VRAM, say). An unknown backend gives an error
 // matching ErrUnknownBackend.
-func (p *Pool) SystemStats(ctx context.Context, backendName string) (*comfy.SystemStats, error) {
+func (p *WorkflowPool) SystemStats(ctx context.Context, backendName string) (*comfy.SystemStats, error) {
 	b, err := p.named(backendName)
 	if err != nil {
 		return nil, err
@@ -318,7 +318,7 @@ func (p *Pool) SystemStats(ctx context.Context, backendName string) (*comfy.Syst
 }
 
 // named returns the backend called name, without locking (see list).
-func (p *Pool) named(name string) (*backend, error) {
+func (p *WorkflowPool) named(name string) (*backend, error) {
 	for _, b := range p.list() {
 		if b.cfg.Name == name {
 			return b, nil
@@ -334,7 +334,7 @@ func (p *Pool) named(name string) (*backend, error) {
 // retained job returns that job's ID and a nil error, without a new job.
 // With Config.Accounting, Reserve is called first and its error rejects the
 // job (matching ErrRejected). Enqueue does not wait for the job to run.
-func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
+func (p *WorkflowPool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
 	if opts == nil {
 		opts = &EnqueueOpts{}
 	}
@@ -377,7 +377,7 @@ func (p *Pool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts
 }
 
 // enqueue reserves (Accounting), stores the job and creates its record.
-func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh string, o *EnqueueOpts, ke *keyEntry) (string, error) {
+func (p *WorkflowPool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh string, o *EnqueueOpts, ke *keyEntry) (string, error) {
 	maxAttempts := cmp.Or(o.MaxAttempts, queue.DefaultMaxAttempts)
 	rinfo := &JobInfo{Workflow: wh, Metadata: maps.Clone(o.Metadata), MaxAttempts: maxAttempts}
 	reservation, err := p.reserve(ctx, rinfo)
@@ -452,7 +452,7 @@ func (p *Pool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh st
 // *JobError, a cancelled one an error matching ErrCancelled. When ctx ends
 // first Wait returns ctx's error and the job goes on; when the Pool stops
 // before the job ended, ErrClosed.
-func (p *Pool) Wait(ctx context.Context, id string) (*Result, error) {
+func (p *WorkflowPool) Wait(ctx context.Context, id string) (*Result, error) {
 	p.mu.Lock()
 	p.pruneLocked(time.Now())
 	js := p.jobs[id]
@@ -476,7 +476,7 @@ func (p *Pool) Wait(ctx context.Context, id string) (*Result, error) {
 
 // Run enqueues wf and waits for its result (Enqueue then Wait). When ctx
 // ends first the job is cancelled.
-func (p *Pool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*Result, error) {
+func (p *WorkflowPool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*Result, error) {
 	id, err := p.Enqueue(ctx, wf, opts)
 	if err != nil {
 		return nil, err
@@ -493,7 +493,7 @@ func (p *Pool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*
 // Job returns a snapshot of the job's record. A terminal record is kept
 // for Config.Retention after the job ended and while at most
 // Config.MaxRetained are kept; after that Job and Wait give ErrNotFound.
-func (p *Pool) Job(ctx context.Context, id string) (*JobInfo, error) {
+func (p *WorkflowPool) Job(ctx context.Context, id string) (*JobInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -513,7 +513,7 @@ func (p *Pool) Job(ctx context.Context, id string) (*JobInfo, error) {
 // Wait returns ErrCancelled): not failed, not retried, and no failover block.
 // Cancelling a cancelled job does nothing; a job that already completed or
 // failed gives an error matching queue.ErrInvalidState.
-func (p *Pool) Cancel(ctx context.Context, id string) error {
+func (p *WorkflowPool) Cancel(ctx context.Context, id string) error {
 	p.mu.Lock()
 	js := p.jobs[id]
 	if js == nil {
@@ -557,7 +557,7 @@ func (p *Pool) Cancel(ctx context.Context, id string) error {
 	}
 }
 
-func (p *Pool) pruneLocked(now time.Time) {
+func (p *WorkflowPool) pruneLocked(now time.Time) {
 	for el := p.retained.Front(); el != nil; el = p.retained.Front() {
 		js := el.Value.(*jobState)
 		if p.retained.Len() <= p.cfg.MaxRetained && now.Sub(js.finishedAt) < p.cfg.Retention {
@@ -573,7 +573,7 @@ func (p *Pool) pruneLocked(now time.Time) {
 
 // finish ends a job once: it records the outcome, emits the terminal event
 // and wakes Wait. Later calls do nothing and report false.
-func (p *Pool) finish(js *jobState, st Status, res *Result, err error) bool {
+func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) bool {
 	p.mu.Lock()
 	if js.terminal {
 		p.mu.Unlock()

@@ -42,7 +42,7 @@ func zeroWF(t testing.TB, i int) comfy.Workflow {
 }
 
 type bundle struct {
-	pool    *pool.Pool
+	pool    *pool.WorkflowPool
 	servers []*comfytest.Server
 }
 
@@ -643,7 +643,7 @@ func TestBackendRestartMidJob(t *testing.T) {
 
 // runZeroJobs enqueues n distinct zero-length jobs and waits until each has
 // completed; it returns their ids in enqueue order.
-func runZeroJobs(t *testing.T, p *pool.Pool, n int) []string {
+func runZeroJobs(t *testing.T, p *pool.WorkflowPool, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range n {

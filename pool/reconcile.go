@@ -42,7 +42,7 @@ func retryQueue[T any](ctx context.Context, done <-chan struct{}, op func(contex
 // readBack reads a job's record from the queue after a lease operation
 // failed, when the operation may or may not have taken effect. It returns
 // nil when the queue cannot tell.
-func (p *Pool) readBack(js *jobState) *queue.Job {
+func (p *WorkflowPool) readBack(js *jobState) *queue.Job {
 	ctx, cancel := bgCtx()
 	defer cancel()
 	qj, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Get(ctx, js.id) })
@@ -62,7 +62,7 @@ func (p *Pool) readBack(js *jobState) *queue.Job {
 // attempt and requeues the job, or dead-letters it) or acts on a cancel. A
 // nil qj (the queue could not be read) is read again after LeaseDuration.
 // adopt reports whether the job waits in the queue for another attempt.
-func (p *Pool) adopt(js *jobState, token string, qj *queue.Job, res *Result, cause error) bool {
+func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Result, cause error) bool {
 	if qj == nil {
 		p.holdLease(js, token, time.Now().Add(p.cfg.LeaseDuration), res, cause)
 		return false
@@ -101,7 +101,7 @@ func (p *Pool) adopt(js *jobState, token string, qj *queue.Job, res *Result, cau
 // could not settle, and reads the job back at until, or at once when the
 // job is cancelled or times out (then settling it with the lease, as its
 // runner would have). It stops at Stop.
-func (p *Pool) holdLease(js *jobState, token string, until time.Time, res *Result, cause error) {
+func (p *WorkflowPool) holdLease(js *jobState, token string, until time.Time, res *Result, cause error) {
 	p.mu.Lock()
 	if js.lease != token || js.terminal {
 		p.mu.Unlock()
@@ -133,7 +133,7 @@ func (p *Pool) holdLease(js *jobState, token string, until time.Time, res *Resul
 }
 
 // stopBegun reports whether Stop began.
-func (p *Pool) stopBegun() bool {
+func (p *WorkflowPool) stopBegun() bool {
 	select {
 	case <-p.stopCh:
 		return true
@@ -146,7 +146,7 @@ func (p *Pool) stopBegun() bool {
 // once however often it is called meanwhile, unless Stop begins: after a
 // Lease that failed transiently, no other wake-up may come for the jobs
 // already queued.
-func (p *Pool) pokeLater() {
+func (p *WorkflowPool) pokeLater() {
 	if !p.wakeArmed.CompareAndSwap(false, true) {
 		return
 	}

@@ -24,7 +24,7 @@ import (
 // is called (before Wait returns and before the terminal event), how many
 // prompts the Pool counts in flight on each backend.
 type slotWatch struct {
-	p  atomic.Pointer[pool.Pool]
+	p  atomic.Pointer[pool.WorkflowPool]
 	mu sync.Mutex
 	// inflight maps job id -> backend -> in-flight count at settlement.
 	inflight map[string]map[string]int

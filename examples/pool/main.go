@@ -191,7 +191,7 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 // waitForBackends waits until every backend is connected, or at least
 // one when the others are still down after 10s; with none at all it gives
 // up when ctx ends.
-func waitForBackends(ctx context.Context, p *pool.Pool, out io.Writer) error {
+func waitForBackends(ctx context.Context, p *pool.WorkflowPool, out io.Writer) error {
 	all, cancel := context.WithTimeout(ctx, 10*time.Second)
 	up, err := p.WaitConnected(all, 0)
 	cancel()
