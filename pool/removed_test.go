@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"testing/synctest"
@@ -23,7 +24,7 @@ func TestPromptRemovedBySomeoneElseRetriedWithoutBlock(t *testing.T) {
 		ctx := t.Context()
 		other, err := comfy.NewClient(srv.URL, &comfy.ClientOptions{HTTPClient: srv.Client(), Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = other.Close(ctx) })
+		t.Cleanup(func() { _ = other.Close(context.Background()) })
 
 		// Another user's prompt holds the server, so the job's prompt waits
 		// in the server's queue.
