@@ -64,51 +64,8 @@ func (p *WorkflowPool) dispatch() {
 			return
 		default:
 		}
-		// Client states are read before taking p.mu: the client's own lock
-		// is never taken under the Pool's.
-		list := p.list()
-		connected := make([]bool, len(list))
-		serverQueue := make([]int, len(list))
-		for i, b := range list {
-			connected[i] = b.client.State() == comfy.StateConnected
-			serverQueue[i], _ = b.client.LastQueueRemaining()
-		}
-		p.mu.Lock()
-		now := time.Now()
-		seen := p.enqueued                // the jobs this round's order knows of
-		var preferred map[string][]string // backend -> workflows of jobs preferring it
-		for js := range p.prefer {
-			if js.terminal {
-				delete(p.prefer, js)
-				continue
-			}
-			if js.leased || js.status == StatusRunning {
-				continue
-			}
-			for _, name := range js.opts.PreferBackends {
-				if preferred == nil {
-					preferred = map[string][]string{}
-				}
-				if !slices.Contains(preferred[name], js.hash) {
-					preferred[name] = append(preferred[name], js.hash)
-				}
-			}
-		}
-		var cands []Candidate
-		byName := map[string]*backend{}
-		for i, b := range list {
-			if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready {
-				continue
-			}
-			_, pending := p.workflows[b.last]
-			cands = append(cands, Candidate{
-				Name: b.cfg.Name, Index: b.index, InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight,
-				Last: b.last, LastPending: b.last != "" && pending,
-				ServerQueue: serverQueue[i], VRAMFree: b.caps.vram,
-			})
-			byName[b.cfg.Name] = b
-		}
-		p.mu.Unlock()
+		round := p.claim() // clientmanager.go
+		cands, byName, preferred, seen := round.cands, round.byName, round.preferred, round.seen
 		if len(cands) == 0 {
 			return
 		}

@@ -85,7 +85,9 @@
 // requeued without counting the attempt against MaxAttempts; it is listed,
 // matching [ErrBackendRemoved]) and [WorkflowPool.DrainBackend] (no new
 // jobs; waits for running ones, then removes) change the pool at run time.
-// A backend is claimed only when connected, below MaxInFlight and out of
+// The part of the pool that knows the backends and claims free ones is the
+// design's ClientManager: a backend is claimed only when connected, its
+// capabilities known, not draining, below MaxInFlight and out of
 // its BackendConfig.ReconnectGrace (time for its client to reconcile
 // in-flight prompts after a reconnect; the end of the grace wakes the
 // dispatcher). Config.Policy orders the free backends: [WarmAffinity] (the
