@@ -597,7 +597,12 @@ func (p *WorkflowPool) reroute(b *backend, js *jobState, token string, needs []s
 	p.mu.Lock()
 	js.leased, js.status = false, StatusQueued
 	ev := p.settleStatusLocked(js, needs)
+	cancelled := js.cancelled
 	p.mu.Unlock()
+	if cancelled { // Cancel (or a timeout) left the job to this runner
+		p.endWaiting(js)
+		return
+	}
 	p.log.Debug("job rerouted: the backend lacks what it needs", "backend", b.cfg.Name, "job_id", js.id)
 	if ev.Kind != "" {
 		p.publishUnschedulable([]Event{ev})

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/comfypool/comfypool/queue"
@@ -84,17 +85,47 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 		p.holdLease(js, token, qj.LeaseExpiresAt, res, cause)
 	case queue.StateQueued, queue.StateRetrying:
 		p.mu.Lock()
-		defer p.mu.Unlock()
 		if js.lease != token || js.terminal {
+			p.mu.Unlock()
 			return false // leased anew meanwhile
 		}
 		js.status, js.leased = StatusQueued, false
 		if qj.State == queue.StateRetrying {
 			js.status = StatusRetrying
 		}
+		cancelled := js.cancelled
+		p.mu.Unlock()
+		if cancelled {
+			p.endWaiting(js)
+			return false
+		}
 		return true
 	}
 	return false
+}
+
+// endWaiting ends a job that a Cancel or a job timeout reached while its
+// runner held the lease, once the runner gave it back to the queue: Cancel
+// and timeout left the job to the runner then, so no one else ends it.
+// The job is cancelled in the queue, and ends cancelled (or failed with
+// its timeout) in the Pool.
+func (p *WorkflowPool) endWaiting(js *jobState) {
+	p.mu.Lock()
+	timedOut := js.timedOut
+	p.mu.Unlock()
+	ctx, cancel := bgCtx()
+	defer cancel()
+	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) }); err != nil &&
+		!errors.Is(err, queue.ErrInvalidState) {
+		// Should the queue still hold it, the job is settled again
+		// when it is leased again (runJob sees it ended).
+		p.log.Warn("cancel failed", "job_id", js.id, "error", err)
+	}
+	if timedOut != nil {
+		p.finish(js, StatusFailed, nil, timedOut)
+		return
+	}
+	p.finish(js, StatusCancelled, nil, ErrCancelled)
 }
 
 // holdLease keeps js running in the Pool's view under a lease the Pool
