@@ -133,8 +133,9 @@
 // missing class or value, a job:unschedulable event is sent, and
 // Stats.Jobs counts it. It blocks no backend and no other job, and runs as
 // soon as a backend that has what it needs is added or reconnects with it.
-// With EnqueueOpts.RejectUnschedulable, Enqueue fails instead (once some
-// backend's capabilities are known). A prompt rejected as "missing on this
+// With EnqueueOpts.RejectUnschedulable, Enqueue fails instead, once the
+// capabilities of every backend that may run the job are known (while one
+// is not, just started or added, the job is accepted). A prompt rejected as "missing on this
 // server" although the backend's set said otherwise (a model deleted at run
 // time) refreshes that backend's set; it is a backend fault (retry
 // elsewhere, failover block) only when another backend has what the job

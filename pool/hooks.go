@@ -30,7 +30,7 @@ type Accounting interface {
 	// yet (ID is empty); Workflow, Metadata and MaxAttempts are set. An
 	// error rejects the enqueue (Enqueue's error wraps it and matches
 	// ErrRejected). The returned reservation is handed back to Consume or
-	// Refund as job.Reservation (and shown by Pool.Job). ctx is
+	// Refund as job.Reservation (and shown by WorkflowPool.Job). ctx is
 	// Enqueue's.
 	Reserve(ctx context.Context, job *JobInfo) (reservation string, err error)
 	// Consume is called once when the job completed; res is its result.

@@ -39,7 +39,7 @@ type InputFile struct {
 	// uploads nothing: the targets name the file in place
 	// ("sub/name.png [output]", the annotated form LoadImage accepts). An
 	// attempt on another backend uploads the content from Data or Open or,
-	// when both are nil, streams it from Source.Backend (as Pool.View). A
+	// when both are nil, streams it from Source.Backend (as WorkflowPool.View). A
 	// source that cannot be read (an unknown backend, a failed download)
 	// fails the job like a failed Open, with an *InputError.
 	Source *FileSource

@@ -166,7 +166,7 @@ type Result struct {
 }
 
 // Files returns the file records of every output, ordered by node id.
-// Download them with Pool.View(ctx, r.Backend, ref).
+// Download them with WorkflowPool.View(ctx, r.Backend, ref).
 func (r *Result) Files() []comfy.FileRef {
 	if r == nil {
 		return nil

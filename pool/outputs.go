@@ -44,7 +44,7 @@ type OutputFile struct {
 	Backend string
 	// Node is the output node that produced it.
 	Node string
-	// Ref locates the file on Backend (see Pool.View).
+	// Ref locates the file on Backend (see WorkflowPool.View).
 	Ref comfy.FileRef
 	// Data and ContentType hold the file when the job ran with
 	// EnqueueOpts.DownloadOutputs; Data is nil otherwise.
