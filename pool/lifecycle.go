@@ -61,9 +61,11 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 // removal. After a reconnect it holds b back for its ReconnectGrace, and
 // wakes the dispatcher when the grace ends.
 func (p *WorkflowPool) watch(b *backend) {
+	var stopper sync.WaitGroup
+	defer stopper.Wait() // after cancel (deferred later, run first)
 	ctx, cancel := context.WithCancel(p.hardCtx)
 	defer cancel()
-	go func() { // ends Connect's wait when Stop begins or b is removed
+	stopper.Go(func() { // ends Connect's wait when Stop begins or b is removed
 		select {
 		case <-p.stopCh:
 			cancel()
@@ -71,7 +73,7 @@ func (p *WorkflowPool) watch(b *backend) {
 			cancel()
 		case <-ctx.Done():
 		}
-	}()
+	})
 	changed := b.client.StateChanged()
 	p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
 	_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
