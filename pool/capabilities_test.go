@@ -351,7 +351,7 @@ func TestCapsModelDeletedAtRunTime(t *testing.T) {
 			assert.Equal(t, &pool.UnschedulableError{Node: "1", ClassType: "CheckpointLoaderSimple", Input: "ckpt_name", Value: "sdxl.safetensors"}, info.Unschedulable)
 			qj, err := q.Get(t.Context(), id)
 			require.NoError(t, err)
-			assert.Zero(t, qj.Attempts, "no attempt counted in the queue")
+			assert.Zero(t, qj.AttemptsUsed, "no attempt counted in the queue")
 			assert.Equal(t, queue.StateQueued, qj.State)
 			assert.Contains(t, qj.Needs, "value:CheckpointLoaderSimple/ckpt_name=sdxl.safetensors")
 

@@ -243,7 +243,7 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 		p.mu.Unlock()
 		ctx, cancel := bgCtx()
 		defer cancel()
-		_, _ = p.q.Fail(ctx, qj.ID, qj.LeaseToken, queue.FailParams{Error: "pool: job unknown to this pool", NoRetry: true})
+		_, _ = p.q.Fail(ctx, qj.ID, qj.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Message: "pool: job unknown to this pool"}, NoRetry: true})
 		p.log.Error("leased a job this pool does not know", "job_id", qj.ID)
 		return
 	}
@@ -470,7 +470,7 @@ func (p *WorkflowPool) settleCancelled(js *jobState, token string) {
 	// not record it, the job is settled again if it is ever leased again.
 	if timedOut != nil {
 		if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
-			return p.q.Fail(ctx, js.id, token, queue.FailParams{Error: timedOut.Error(), NoRetry: true})
+			return p.q.Fail(ctx, js.id, token, queue.FailParams{Error: queue.ErrorSummary{Message: timedOut.Error()}, NoRetry: true})
 		}); err != nil {
 			p.log.Warn("fail of a timed-out job failed", "job_id", js.id, "error", err)
 		}
@@ -526,10 +526,11 @@ func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, tok
 	// run the job; otherwise the retry waits for this one's cooldown.
 	exclude := p.runnableElsewhereLocked(js, b) // capabilities.go
 	p.mu.Unlock()
-	fp := queue.FailParams{Error: err.Error(), NoRetry: true}
+	why := queue.ErrorSummary{Class: class.String(), Message: err.Error()}
+	fp := queue.FailParams{Error: why, NoRetry: true}
 	delay := p.backoff(counted)
 	if class.Retried() {
-		fp = queue.FailParams{Error: err.Error(), RetryAfter: delay, ExcludeBackend: exclude}
+		fp = queue.FailParams{Error: why, RetryAfter: delay, ExcludeBackend: exclude}
 	}
 	qj, ferr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Fail(ctx, js.id, token, fp) })
 	if ferr != nil {

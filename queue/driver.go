@@ -38,10 +38,14 @@ import (
 //     it is leasable again.
 //   - Concurrent Lease calls never return the same job.
 //   - A lease whose LeaseExpiresAt has passed is void: the job counts an
-//     attempt (a lessee that vanished may have crashed on it) and is queued
-//     again (or dead when attempts are used up); the old token gets
-//     ErrLeaseLost. Drivers apply this lazily on every call and/or on a timer.
-//   - Fail counts an attempt; Requeue does not and keeps priority and age.
+//     attempt (a lessee that vanished may have crashed on it): its open
+//     attempt is closed (or one is made, without Begin) with
+//     ClassLeaseExpired at the expiry time, and the job is queued again (or
+//     dead when attempts are used up); the old token gets ErrLeaseLost.
+//     Drivers apply this lazily on every call and/or on a timer.
+//   - Complete and Fail count an attempt; Requeue does not and keeps
+//     priority and age.
+//   - Every write increments Job.Version.
 //   - Token operations with a token that is not the job's current lease
 //     return ErrLeaseLost; unknown IDs return ErrNotFound.
 //   - Drivers never retry on their own; errors from the backing store are
@@ -60,19 +64,29 @@ type Driver interface {
 	Lease(ctx context.Context, p *LeaseParams) (*Job, error)
 	// Extend sets the lease's expiry to now+d (heartbeat).
 	Extend(ctx context.Context, id, token string, d time.Duration) (*Job, error)
-	// Complete marks the leased job completed with result and counts the attempt.
+	// Begin records the start of an attempt on the leased job (backend,
+	// prompt id, now) before its prompt is sent: it appends an open
+	// Attempt, closing one left open under the same lease as
+	// ClassSuperseded (uncounted). It changes nothing else.
+	Begin(ctx context.Context, id, token string, p *BeginParams) (*Job, error)
+	// Complete marks the leased job completed with result, closing the
+	// attempt (made now if Begin was not called) as ClassNone, counted.
 	Complete(ctx context.Context, id, token string, result []byte) (*Job, error)
-	// Fail counts an attempt and makes the job retrying (RetryAfter > 0),
-	// queued (RetryAfter == 0) or dead (attempts used up, or NoRetry).
+	// Fail closes the attempt (made now if Begin was not called) with
+	// p.Error, counted, and makes the job retrying (RetryAfter > 0), queued
+	// (RetryAfter == 0) or dead (attempts used up, or NoRetry; Job.Error
+	// is then p.Error).
 	Fail(ctx context.Context, id, token string, p *FailParams) (*Job, error)
 	// Requeue returns the leased job to the queue at once without counting
-	// an attempt, replacing its Needs when p.Needs is not nil. p is never
-	// nil.
+	// an attempt: it closes the open attempt, if any, with p.Error,
+	// uncounted, and replaces the job's Needs when p.Needs is not nil.
 	Requeue(ctx context.Context, id, token string, p *RequeueParams) (*Job, error)
-	// Cancel cancels a queued, retrying or leased job (voiding the lease).
-	// Cancelling a cancelled job returns it unchanged; a completed or dead
-	// job gives ErrInvalidState.
-	Cancel(ctx context.Context, id string) (*Job, error)
+	// Cancel cancels a queued, retrying or leased job (voiding the lease
+	// and closing its open attempt, if any, as ClassCancelled, uncounted);
+	// Job.Error becomes p.Error (defaulted by Queue). Cancelling a
+	// cancelled job returns it unchanged; a completed or dead job gives
+	// ErrInvalidState.
+	Cancel(ctx context.Context, id string, p *CancelParams) (*Job, error)
 	// Get returns the job.
 	Get(ctx context.Context, id string) (*Job, error)
 	// Stats returns counters.

@@ -39,7 +39,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(done.State, done.Attempts, string(done.Result))
+	fmt.Println(done.State, done.AttemptsUsed, string(done.Result))
 
 	st, _ := q.Stats(ctx)
 	fmt.Printf("queued=%d leased=%d completed=%d\n", st.Queued, st.Leased, st.Completed)

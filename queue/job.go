@@ -20,6 +20,7 @@ type State string
 //	  │  └──Requeue─────┘ ├──Fail (attempts left, no delay) / lease expiry──▶ queued
 //	  │                   └──Fail (attempts used up) / lease expiry──▶ dead
 //	Cancel: queued, retrying, leased ──▶ cancelled
+//	Retry (by hand): dead, cancelled ──▶ queued
 const (
 	// StateQueued: waiting to be leased.
 	StateQueued State = "queued"
@@ -40,22 +41,40 @@ func (s State) Terminal() bool {
 	return s == StateCompleted || s == StateDead || s == StateCancelled
 }
 
-// Job is a snapshot of one job record. Drivers return fresh copies: changing
-// a Job never changes the queue.
+// Job is a snapshot of one job record: everything needed to run it, watch
+// it and answer for it, whichever process enqueued or runs it. Drivers
+// return fresh copies: changing a Job never changes the queue.
 type Job struct {
-	// ID is assigned by the driver at Enqueue.
+	// ID is assigned by the driver at Enqueue (a UUID in memqueue).
 	ID string
+	// Version increases (by at least one) with every write to the record,
+	// Extend included, so that readers can order snapshots and changes
+	// ([Change].Version). It is 1 after Enqueue.
+	Version uint64
+	// State is the job's state.
+	State State
 	// Priority: higher runs first. Jobs of equal priority run in enqueue
 	// order (EnqueuedAt, then an internal monotonic sequence number, so the
 	// order is total even for equal timestamps).
 	Priority int
-	// Payload is opaque to the queue.
-	Payload []byte
-	// Metadata is free-form (tenant, user, ...); opaque to the queue.
-	Metadata map[string]string
-	// Workflow identifies what the job runs (the pool stores the workflow's
-	// structure hash); matched against LeaseParams.Workflows.
+
+	// Workflow identifies what the job runs for routing (the pool stores the
+	// workflow's structure hash); matched against LeaseParams.Workflows and
+	// pause scopes.
 	Workflow string
+	// WorkflowKey names a workflow body stored with [Driver.PutWorkflow]
+	// (content-addressed, stored once for every job that uses it); empty
+	// when the job carries its whole workflow in Payload.
+	WorkflowKey string
+	// Overrides is opaque to the queue: the patches the enqueuer applies to
+	// the stored workflow (the pool: SetInput-style input overrides), so
+	// that a million jobs over one template cost only their overrides.
+	Overrides []byte
+	// Payload is opaque to the queue: the enqueuer's options for running the
+	// job (the pool: timeouts, inputs, outputs policy).
+	Payload []byte
+	// Metadata is free-form (tenant, user, ...); List filters on it.
+	Metadata map[string]string
 	// Requires lists capability tags a backend must declare (in
 	// LeaseParams.Tags) to lease the job. Sorted, without duplicates.
 	Requires []string
@@ -63,16 +82,24 @@ type Job struct {
 	// LeaseParams.Has (see "Needs and capabilities" in the package docs).
 	// Sorted, without duplicates.
 	Needs []string
+	// ExcludeBackends lists backends that must not lease the job (a
+	// per-job exclusion, grown by Fail with FailParams.ExcludeBackend).
+	// Sorted, without duplicates.
+	ExcludeBackends []string
 	// IdempotencyKey, if not empty, is unique among retained jobs.
 	IdempotencyKey string
+
 	// MaxAttempts is the number of counted attempts after which the job is
 	// dead-lettered.
 	MaxAttempts int
-	// Attempts counts the attempts that ended in Complete, Fail or lease
-	// expiry. Requeue and Cancel do not count.
-	Attempts int
-	// State is the job's state.
-	State State
+	// AttemptsUsed counts the attempts counted against MaxAttempts since
+	// Enqueue or the last [Driver.Retry]: those that ended in Complete,
+	// Fail or lease expiry. Requeue and Cancel do not count.
+	AttemptsUsed int
+	// Attempts is the history of every attempt, oldest first, counted or
+	// not, kept across Retry. The last one is open (EndedAt zero) between
+	// [Driver.Begin] and the end of that lease.
+	Attempts []Attempt
 
 	// EnqueuedAt is when Enqueue accepted the job; it fixes the job's age for
 	// ordering for its whole life (Requeue and retries keep it).
@@ -83,38 +110,103 @@ type Job struct {
 	LeasedAt time.Time
 	// LeaseExpiresAt is when the current lease expires; zero unless leased.
 	LeaseExpiresAt time.Time
-	// FinishedAt is when the job reached a terminal state.
+	// FinishedAt is when the job reached a terminal state; zero otherwise
+	// (Retry clears it).
 	FinishedAt time.Time
-
-	// ExcludeBackends lists backends that must not lease the job (a
-	// per-job exclusion, grown by Fail with FailParams.ExcludeBackend).
-	// Sorted, without duplicates.
-	ExcludeBackends []string
 
 	// LeasedBy is the backend of the current or last lease.
 	LeasedBy string
-	// LeaseToken authorises Extend, Complete, Fail and Requeue; empty unless
-	// leased. A new lease always gets a new token.
+	// LeaseToken authorises Extend, Begin, Complete, Fail and Requeue; empty
+	// unless leased. A new lease always gets a new token.
 	LeaseToken string
 
-	// LastError is the message of the latest counted failure.
-	LastError string
-	// Errors is the history of counted failures, oldest first.
-	Errors []AttemptError
 	// Result is the value passed to Complete; opaque to the queue.
 	Result []byte
+	// Error is why the job ended when it ended otherwise than completed:
+	// for a dead job the error of its last attempt, for a cancelled one the
+	// CancelParams.Error (or Class "cancelled"). Zero while the job is
+	// unfinished or completed; Retry clears it.
+	Error ErrorSummary
 }
 
-// AttemptError records one failed attempt.
-type AttemptError struct {
-	// Attempt is the attempt number (1-based) that failed.
-	Attempt int
-	// Backend that ran the attempt.
+// Attempt is the record of one attempt: one lease, or the part of it
+// after one [Driver.Begin]. It is opened by Begin (written down before the
+// prompt is sent, so that whoever takes the job over can ask that backend
+// about that prompt), or made when the lease ends without a Begin by
+// Complete, Fail or lease expiry (Requeue and Cancel make none: nothing
+// ran). It is closed by Complete, Fail, Requeue, Cancel, lease expiry or
+// the next Begin under the same lease.
+type Attempt struct {
+	// Number is the attempt's position in Job.Attempts, from 1.
+	Number int
+	// Backend ran the attempt (BeginParams.Backend, or the lease's backend).
 	Backend string
-	// Message describes the failure ("lease expired" for an expired lease).
+	// PromptID is the prompt submitted to Backend; empty when the attempt
+	// was made without Begin (nothing was written down).
+	PromptID string
+	// StartedAt is when Begin was called (or the lease began, without
+	// Begin).
+	StartedAt time.Time
+	// EndedAt is when the attempt was closed; zero while it is open.
+	EndedAt time.Time
+	// Class is how the attempt ended, as a stable word: [ClassNone] when it
+	// succeeded (Complete); the caller's ErrorSummary.Class for Fail and
+	// Requeue (the pool writes failover classes: "backend", "workflow",
+	// "cancelled"); [ClassLeaseExpired], [ClassCancelled] or
+	// [ClassSuperseded] when the queue closed it. Empty while open.
+	Class string
+	// Error summarises why the attempt failed; zero when it succeeded or is
+	// open.
+	Error ErrorSummary
+	// Counted reports whether the attempt counted against MaxAttempts
+	// (Complete, Fail and lease expiry count; Requeue, Cancel and a
+	// superseded attempt do not).
+	Counted bool
+}
+
+// Open reports whether the attempt is still running (not yet closed).
+func (a Attempt) Open() bool { return a.EndedAt.IsZero() }
+
+// Classes the queue itself writes into Attempt.Class (and ErrorSummary.Class).
+// Other classes are the callers' words, stored as given.
+const (
+	// ClassNone is the class of an attempt that succeeded (Complete).
+	ClassNone = "none"
+	// ClassLeaseExpired closes an attempt whose lease expired: the lessee
+	// stopped heartbeating (it may have crashed on the job).
+	ClassLeaseExpired = "lease_expired"
+	// ClassCancelled closes an attempt whose job was cancelled, and is the
+	// class of a cancelled job's Error when Cancel was given none.
+	ClassCancelled = "cancelled"
+	// ClassSuperseded closes an attempt when Begin opens another under the
+	// same lease (uncounted).
+	ClassSuperseded = "superseded"
+)
+
+// ErrorSummary is a failure as the record keeps it: plain strings, no
+// nested causes or tracebacks, so that any process (and any database) can
+// store and show it.
+type ErrorSummary struct {
+	// Class says whose fault the failure is, as a stable word (see
+	// Attempt.Class).
+	Class string
+	// Message is the error's text.
 	Message string
-	// At is when the failure was recorded.
-	At time.Time
+	// NodeID and NodeType name the workflow node that failed, when the
+	// failure was a node's.
+	NodeID, NodeType string
+}
+
+// IsZero reports whether s is the zero summary (no error).
+func (s ErrorSummary) IsZero() bool { return s == ErrorSummary{} }
+
+// OpenAttempt returns the job's open attempt (the last one, if open), or
+// nil.
+func (j *Job) OpenAttempt() *Attempt {
+	if n := len(j.Attempts); n > 0 && j.Attempts[n-1].Open() {
+		return &j.Attempts[n-1]
+	}
+	return nil
 }
 
 // Clone returns a deep copy of j (nil for nil).
@@ -123,12 +215,13 @@ func (j *Job) Clone() *Job {
 		return nil
 	}
 	c := *j
+	c.Overrides = slices.Clone(j.Overrides)
 	c.Payload = slices.Clone(j.Payload)
 	c.Metadata = maps.Clone(j.Metadata)
 	c.Requires = slices.Clone(j.Requires)
 	c.Needs = slices.Clone(j.Needs)
 	c.ExcludeBackends = slices.Clone(j.ExcludeBackends)
-	c.Errors = slices.Clone(j.Errors)
+	c.Attempts = slices.Clone(j.Attempts)
 	c.Result = slices.Clone(j.Result)
 	return &c
 }
@@ -137,12 +230,18 @@ func (j *Job) Clone() *Job {
 type EnqueueParams struct {
 	// Priority: higher runs first. Any int; defaults to 0.
 	Priority int
-	// Payload is stored as is (copied).
+	// Payload is stored as is (copied); opaque to the queue.
 	Payload []byte
 	// Metadata is stored as is (copied).
 	Metadata map[string]string
 	// Workflow is matched against LeaseParams.Workflows. May be empty.
 	Workflow string
+	// WorkflowKey, if not empty, names a body stored with PutWorkflow;
+	// Enqueue fails with ErrNotFound when none is stored under it (store
+	// it first; a purge may have removed it).
+	WorkflowKey string
+	// Overrides is stored as is (copied); opaque to the queue.
+	Overrides []byte
 	// Requires lists capability tags a backend must have. Empty tags are
 	// invalid; duplicates are removed and the list is sorted.
 	Requires []string
@@ -191,20 +290,29 @@ type LeaseParams struct {
 	PreferWorkflows []string
 }
 
+// BeginParams describes an attempt's start, written down before its
+// prompt is sent.
+type BeginParams struct {
+	// Backend runs the attempt; defaults to the lease's backend.
+	Backend string
+	// PromptID is the prompt about to be submitted. Required.
+	PromptID string
+}
+
 // FailParams describes a failed attempt.
 type FailParams struct {
-	// Error describes the failure (stored in LastError and Errors).
-	Error string
+	// Error describes the failure; it closes the attempt (Attempt.Class is
+	// Error.Class) and, when the job dies, becomes Job.Error.
+	Error ErrorSummary
 	// RetryAfter delays the next attempt: the job is retrying until then.
 	// Zero makes the job queued (leasable) at once; negative is invalid.
 	RetryAfter time.Duration
-	// Backend that ran the attempt; defaults to the lease's backend.
-	Backend string
 	// NoRetry dead-letters the job now, whatever attempts are left (for
 	// errors that retrying cannot fix).
 	NoRetry bool
-	// ExcludeBackend adds the backend of the attempt (Backend, or the
-	// lease's) to the job's ExcludeBackends, so that a retry runs elsewhere.
+	// ExcludeBackend adds the backend of the attempt (Begin's, or the
+	// lease's) to the job's ExcludeBackends, so that a retry runs
+	// elsewhere.
 	ExcludeBackend bool
 	// Needs, when not nil, replaces the job's Needs (normalised as
 	// EnqueueParams.Needs): the lessee learned that the job needs more
@@ -219,6 +327,16 @@ type RequeueParams struct {
 	// EnqueueParams.Needs), so that the job goes to a lessee that has what
 	// this one lacked. Nil keeps them.
 	Needs []string
+	// Error says why the job is given back; it closes the open attempt, if
+	// any (Attempt.Class is Error.Class; the pool uses "cancelled").
+	Error ErrorSummary
+}
+
+// CancelParams describes a cancellation.
+type CancelParams struct {
+	// Error says why (a queue timeout, say); it becomes Job.Error. Zero
+	// means {Class: "cancelled", Message: "queue: job cancelled"}.
+	Error ErrorSummary
 }
 
 // Stats is a snapshot of a queue's counters.

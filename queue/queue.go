@@ -185,6 +185,24 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 	return q.d.Extend(ctx, id, token, d)
 }
 
+// Begin records the start of an attempt on the leased job before its
+// prompt is sent: the backend (p.Backend, default the lease's) and the
+// prompt id (required), so that a process taking the job over after this
+// lessee died can ask that backend about that prompt. It returns
+// ErrLeaseLost if the lease is no longer held.
+func (q *Queue) Begin(ctx context.Context, id, token string, p BeginParams) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkIDToken(id, token); err != nil {
+		return nil, err
+	}
+	if p.PromptID == "" {
+		return nil, invalidf("BeginParams.PromptID is required")
+	}
+	return q.d.Begin(ctx, id, token, &p)
+}
+
 // Complete marks the leased job completed, storing result. It returns
 // ErrLeaseLost if the lease is no longer held (expired, cancelled, ...).
 func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (*Job, error) {
@@ -197,7 +215,8 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 	return q.d.Complete(ctx, id, token, result)
 }
 
-// Fail records a failed attempt (counting it) and returns the job: retrying
+// Fail records a failed attempt (counting it, closing it with p.Error) and
+// returns the job: retrying
 // (until RetryAfter has passed), queued (RetryAfter zero) or dead (attempts
 // used up, or NoRetry). It returns ErrLeaseLost if the lease is no longer held.
 func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job, error) {
@@ -220,7 +239,9 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job,
 
 // Requeue gives the leased job back without counting an attempt (the backend
 // vanished, the pool is stopping): it is queued at once with its priority and
-// original age. It returns ErrLeaseLost if the lease is no longer held.
+// original age. An open attempt is closed, uncounted, with an empty class
+// (use RequeueWith to say why). It returns ErrLeaseLost if the lease is no
+// longer held.
 func (q *Queue) Requeue(ctx context.Context, id, token string) (*Job, error) {
 	return q.RequeueWith(ctx, id, token, RequeueParams{})
 }
@@ -246,17 +267,27 @@ func (q *Queue) RequeueWith(ctx context.Context, id, token string, p RequeuePara
 }
 
 // Cancel cancels a queued, retrying or leased job. A leased job's lease is
-// voided: the holder's next Extend/Complete/Fail/Requeue returns
+// voided: the holder's next Extend/Begin/Complete/Fail/Requeue returns
 // ErrLeaseLost (and Get shows the job cancelled). Cancelling a cancelled job
 // returns it unchanged; a completed or dead job gives ErrInvalidState.
 func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
+	return q.CancelWith(ctx, id, CancelParams{})
+}
+
+// CancelWith is Cancel with parameters: CancelParams.Error records why (a
+// queue timeout, say) as the job's Error, so that a process waiting on
+// the job can tell. Its zero value means ClassCancelled.
+func (q *Queue) CancelWith(ctx context.Context, id string, p CancelParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
 	}
 	if id == "" {
 		return nil, invalidf("job ID is required")
 	}
-	return q.d.Cancel(ctx, id)
+	if p.Error.IsZero() {
+		p.Error = ErrorSummary{Class: ClassCancelled, Message: "queue: job cancelled"}
+	}
+	return q.d.Cancel(ctx, id, &p)
 }
 
 // Get returns a snapshot of the job, or ErrNotFound.

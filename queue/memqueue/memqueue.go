@@ -298,8 +298,11 @@ func (q *Queue) tick(now time.Time) {
 	}
 	for e := q.leased.peek(); e != nil && !now.Before(e.job.LeaseExpiresAt); e = q.leased.peek() {
 		q.leased.remove(e)
-		q.countFailure(e, e.job.LeasedBy, "lease expired", now)
-		if e.job.Attempts >= e.job.MaxAttempts {
+		at := e.job.LeaseExpiresAt
+		q.closeAttempt(e, at, queue.ErrorSummary{Class: queue.ClassLeaseExpired, Message: "queue: lease expired"}, true, true)
+		e.job.Version++
+		if e.job.AttemptsUsed >= e.job.MaxAttempts {
+			e.job.Error = e.job.Attempts[len(e.job.Attempts)-1].Error
 			q.finish(e, queue.StateDead, now)
 		} else {
 			q.clearLease(e)
@@ -386,12 +389,30 @@ func (q *Queue) clearLease(e *entry) {
 	e.job.LeaseExpiresAt = time.Time{}
 }
 
-func (q *Queue) countFailure(e *entry, backend, msg string, now time.Time) {
-	e.job.Attempts++
-	e.job.LastError = msg
-	e.job.Errors = append(e.job.Errors, queue.AttemptError{
-		Attempt: e.job.Attempts, Backend: backend, Message: msg, At: now,
-	})
+// closeAttempt closes the lease's open attempt at now with err (class
+// err.Class, or ClassNone when err is zero), making one first when make is
+// set and none is open; counted counts it against MaxAttempts.
+func (q *Queue) closeAttempt(e *entry, now time.Time, err queue.ErrorSummary, counted, make bool) {
+	a := e.job.OpenAttempt()
+	if a == nil {
+		if !make {
+			return
+		}
+		e.job.Attempts = append(e.job.Attempts, queue.Attempt{
+			Number: len(e.job.Attempts) + 1, Backend: e.job.LeasedBy, StartedAt: e.job.LeasedAt,
+		})
+		a = &e.job.Attempts[len(e.job.Attempts)-1]
+	}
+	a.EndedAt = now
+	a.Class = err.Class
+	if err.IsZero() {
+		a.Class = queue.ClassNone
+	}
+	a.Error = err
+	a.Counted = counted
+	if counted {
+		e.job.AttemptsUsed++
+	}
 }
 
 // finish moves an unfinished entry (already out of every heap) to a terminal
@@ -443,9 +464,12 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	e.job = queue.Job{
 		ID:              uuid.NewString(),
 		Priority:        p.Priority,
+		Version:         1,
 		Payload:         slices.Clone(p.Payload),
 		Metadata:        maps.Clone(p.Metadata),
 		Workflow:        p.Workflow,
+		WorkflowKey:     p.WorkflowKey,
+		Overrides:       slices.Clone(p.Overrides),
 		Requires:        slices.Clone(p.Requires),
 		Needs:           slices.Clone(p.Needs),
 		ExcludeBackends: slices.Clone(p.ExcludeBackends),
@@ -523,6 +547,7 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	best.job.LeaseToken = uuid.NewString()
 	best.job.LeasedAt = now
 	best.job.LeaseExpiresAt = now.Add(p.Duration)
+	best.job.Version++
 	q.leased.push(best)
 	return best.job.Clone(), nil
 }
@@ -559,7 +584,28 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 		return nil, err
 	}
 	e.job.LeaseExpiresAt = now.Add(d)
+	e.job.Version++
 	q.leased.fix(e)
+	return e.job.Clone(), nil
+}
+
+// Begin implements [queue.Driver].
+func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParams) (*queue.Job, error) {
+	now, err := q.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer q.end(now)
+	e, err := q.holder(id, token)
+	if err != nil {
+		return nil, err
+	}
+	q.closeAttempt(e, now, queue.ErrorSummary{Class: queue.ClassSuperseded}, false, false)
+	e.job.Attempts = append(e.job.Attempts, queue.Attempt{
+		Number: len(e.job.Attempts) + 1, Backend: cmp.Or(p.Backend, e.job.LeasedBy),
+		PromptID: p.PromptID, StartedAt: now,
+	})
+	e.job.Version++
 	return e.job.Clone(), nil
 }
 
@@ -575,7 +621,8 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 		return nil, err
 	}
 	q.leased.remove(e)
-	e.job.Attempts++
+	q.closeAttempt(e, now, queue.ErrorSummary{}, true, true)
+	e.job.Version++
 	e.job.Result = slices.Clone(result)
 	q.finish(e, queue.StateCompleted, now)
 	return e.job.Clone(), nil
@@ -593,15 +640,17 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		return nil, err
 	}
 	q.leased.remove(e)
-	backend := cmp.Or(p.Backend, e.job.LeasedBy)
-	q.countFailure(e, backend, p.Error, now)
+	q.closeAttempt(e, now, p.Error, true, true)
+	e.job.Version++
+	backend := e.job.Attempts[len(e.job.Attempts)-1].Backend
 	if p.ExcludeBackend && backend != "" && !slices.Contains(e.job.ExcludeBackends, backend) {
 		e.job.ExcludeBackends = append(slices.Clone(e.job.ExcludeBackends), backend)
 		slices.Sort(e.job.ExcludeBackends)
 	}
 	setNeeds(e, p.Needs)
 	switch {
-	case p.NoRetry || e.job.Attempts >= e.job.MaxAttempts:
+	case p.NoRetry || e.job.AttemptsUsed >= e.job.MaxAttempts:
+		e.job.Error = p.Error
 		q.finish(e, queue.StateDead, now)
 	case p.RetryAfter > 0:
 		q.clearLease(e)
@@ -640,6 +689,8 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 		return nil, err
 	}
 	q.leased.remove(e)
+	q.closeAttempt(e, now, p.Error, false, false)
+	e.job.Version++
 	q.clearLease(e)
 	setNeeds(e, p.Needs)
 	e.job.AvailableAt = now
@@ -648,7 +699,7 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 }
 
 // Cancel implements [queue.Driver].
-func (q *Queue) Cancel(ctx context.Context, id string) (*queue.Job, error) {
+func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*queue.Job, error) {
 	now, err := q.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -665,11 +716,14 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*queue.Job, error) {
 		q.delayed.remove(e)
 	case queue.StateLeased:
 		q.leased.remove(e)
+		q.closeAttempt(e, now, queue.ErrorSummary{Class: queue.ClassCancelled, Message: p.Error.Message}, false, false)
 	case queue.StateCancelled:
 		return e.job.Clone(), nil
 	default:
 		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, e.job.State)
 	}
+	e.job.Error = p.Error
+	e.job.Version++
 	q.finish(e, queue.StateCancelled, now)
 	q.signalReady()
 	return e.job.Clone(), nil

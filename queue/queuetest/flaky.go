@@ -16,6 +16,7 @@ const (
 	OpEnqueue  Op = "Enqueue"
 	OpLease    Op = "Lease"
 	OpExtend   Op = "Extend"
+	OpBegin    Op = "Begin"
 	OpComplete Op = "Complete"
 	OpFail     Op = "Fail"
 	OpRequeue  Op = "Requeue"
@@ -119,6 +120,11 @@ func (f *Flaky) Extend(ctx context.Context, id, token string, d time.Duration) (
 	return call(f, OpExtend, func() (*queue.Job, error) { return f.d.Extend(ctx, id, token, d) })
 }
 
+// Begin implements queue.Driver.
+func (f *Flaky) Begin(ctx context.Context, id, token string, p *queue.BeginParams) (*queue.Job, error) {
+	return call(f, OpBegin, func() (*queue.Job, error) { return f.d.Begin(ctx, id, token, p) })
+}
+
 // Complete implements queue.Driver.
 func (f *Flaky) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
 	return call(f, OpComplete, func() (*queue.Job, error) { return f.d.Complete(ctx, id, token, result) })
@@ -135,8 +141,8 @@ func (f *Flaky) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 }
 
 // Cancel implements queue.Driver.
-func (f *Flaky) Cancel(ctx context.Context, id string) (*queue.Job, error) {
-	return call(f, OpCancel, func() (*queue.Job, error) { return f.d.Cancel(ctx, id) })
+func (f *Flaky) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*queue.Job, error) {
+	return call(f, OpCancel, func() (*queue.Job, error) { return f.d.Cancel(ctx, id, p) })
 }
 
 // Get implements queue.Driver.

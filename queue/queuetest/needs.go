@@ -109,7 +109,7 @@ func testNeedsReplaced(e *env) {
 	r, err := q.RequeueWith(e.ctx, j.ID, l.LeaseToken, queue.RequeueParams{Needs: []string{"class:Y", "class:X", "class:Y"}})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateQueued, r.State)
-	assert.Zero(e.t, r.Attempts, "requeue does not count an attempt")
+	assert.Zero(e.t, r.AttemptsUsed, "requeue does not count an attempt")
 	assert.Equal(e.t, []string{"class:X", "class:Y"}, r.Needs)
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{Has: x}), "the replaced needs apply")
 	l = e.lease(q, queue.LeaseParams{Has: y})
@@ -123,9 +123,9 @@ func testNeedsReplaced(e *env) {
 	// Fail with Needs: an attempt, and the new needs.
 	l = e.lease(q, queue.LeaseParams{Has: y})
 	require.NotNil(e.t, l)
-	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "missing", Needs: []string{"value:X/ckpt=a"}})
+	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "missing"}, Needs: []string{"value:X/ckpt=a"}})
 	require.NoError(e.t, err)
-	assert.Equal(e.t, 1, f.Attempts)
+	assert.Equal(e.t, 1, f.AttemptsUsed)
 	assert.Equal(e.t, []string{"value:X/ckpt=a"}, f.Needs)
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{Has: caps("list:X/ckpt")}))
 

@@ -150,6 +150,13 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	run("NeedsFilter", false, testNeedsFilter)
 	run("NeedsOrder", false, testNeedsOrder)
 	run("NeedsReplaced", false, testNeedsReplaced)
+	run("BeginComplete", false, testBeginComplete)
+	run("BeginValidation", false, testBeginValidation)
+	run("BeginFail", false, testBeginFail)
+	run("BeginRequeue", false, testBeginRequeue)
+	run("BeginCancel", false, testBeginCancel)
+	run("BeginExpiry", true, testBeginExpiry)
+	run("Version", false, testVersion)
 	run("Validation", false, testValidation)
 	run("ContextDone", false, testContextDone)
 	run("Closed", false, testClosed)
@@ -167,7 +174,7 @@ func testEnqueueGet(e *env) {
 	assert.Equal(e.t, []string{"gpu", "sdxl"}, j.Requires, "Requires is sorted and deduplicated")
 	assert.False(e.t, j.EnqueuedAt.IsZero())
 	assert.False(e.t, j.AvailableAt.Before(j.EnqueuedAt))
-	assert.Zero(e.t, j.Attempts)
+	assert.Zero(e.t, j.AttemptsUsed)
 	assert.Empty(e.t, j.LeaseToken)
 
 	g, err := q.Get(e.ctx, j.ID)
@@ -303,7 +310,7 @@ func testLeaseFields(e *env) {
 	assert.NotEmpty(e.t, la.LeaseToken)
 	assert.False(e.t, la.LeasedAt.IsZero())
 	assert.Equal(e.t, la.LeasedAt.Add(42*time.Second), la.LeaseExpiresAt)
-	assert.Zero(e.t, la.Attempts, "leasing does not count an attempt")
+	assert.Zero(e.t, la.AttemptsUsed, "leasing does not count an attempt")
 
 	lb := e.lease(q, queue.LeaseParams{Backend: "gpu-2"})
 	require.NotNil(e.t, lb)
@@ -324,7 +331,7 @@ func testWrongToken(e *env) {
 	require.NotNil(e.t, l)
 	_, err := q.Complete(e.ctx, l.ID, "not-the-token", nil)
 	assert.ErrorIs(e.t, err, queue.ErrLeaseLost)
-	_, err = q.Fail(e.ctx, l.ID, "not-the-token", queue.FailParams{Error: "x"})
+	_, err = q.Fail(e.ctx, l.ID, "not-the-token", queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "x"}})
 	assert.ErrorIs(e.t, err, queue.ErrLeaseLost)
 	_, err = q.Extend(e.ctx, l.ID, "not-the-token", time.Minute)
 	assert.ErrorIs(e.t, err, queue.ErrLeaseLost)
@@ -333,7 +340,7 @@ func testWrongToken(e *env) {
 	g, err := q.Get(e.ctx, l.ID)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateLeased, g.State, "wrong tokens change nothing")
-	assert.Zero(e.t, g.Attempts)
+	assert.Zero(e.t, g.AttemptsUsed)
 }
 
 func testLeaseExpiry(e *env) {
@@ -349,10 +356,15 @@ func testLeaseExpiry(e *env) {
 	g, err := q.Get(e.ctx, j.ID)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateQueued, g.State, "expired lease returns the job by itself")
-	assert.Equal(e.t, 1, g.Attempts, "an expired lease counts an attempt")
-	require.Len(e.t, g.Errors, 1)
-	assert.Equal(e.t, "b1", g.Errors[0].Backend)
-	assert.Equal(e.t, 1, g.Errors[0].Attempt)
+	assert.Equal(e.t, 1, g.AttemptsUsed, "an expired lease counts an attempt")
+	require.Len(e.t, g.Attempts, 1, "an expired lease leaves an attempt record")
+	assert.Equal(e.t, queue.Attempt{
+		Number: 1, Backend: "b1", StartedAt: l1.LeasedAt, EndedAt: l1.LeaseExpiresAt,
+		Class: queue.ClassLeaseExpired, Error: g.Attempts[0].Error, Counted: true,
+	}, g.Attempts[0], "closed at the expiry time, counted")
+	assert.Equal(e.t, queue.ClassLeaseExpired, g.Attempts[0].Error.Class)
+	assert.NotEmpty(e.t, g.Attempts[0].Error.Message)
+	assert.True(e.t, g.Error.IsZero(), "the job did not end")
 
 	l2 := e.lease(q, queue.LeaseParams{Backend: "b2", Duration: 10 * time.Second})
 	require.NotNil(e.t, l2)
@@ -367,7 +379,7 @@ func testLeaseExpiry(e *env) {
 	c, err := q.Complete(e.ctx, j.ID, l2.LeaseToken, []byte("ok"))
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateCompleted, c.State)
-	assert.Equal(e.t, 2, c.Attempts)
+	assert.Equal(e.t, 2, c.AttemptsUsed)
 }
 
 func testLeaseExpiryDead(e *env) {
@@ -379,7 +391,7 @@ func testLeaseExpiryDead(e *env) {
 	g, err := q.Get(e.ctx, j.ID)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateDead, g.State)
-	assert.Equal(e.t, 1, g.Attempts)
+	assert.Equal(e.t, 1, g.AttemptsUsed)
 	assert.False(e.t, g.FinishedAt.IsZero())
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{}))
 	_, err = q.Complete(e.ctx, j.ID, l.LeaseToken, nil)
@@ -402,7 +414,7 @@ func testHeartbeat(e *env) {
 	g, err := q.Get(e.ctx, j.ID)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateLeased, g.State)
-	assert.Zero(e.t, g.Attempts)
+	assert.Zero(e.t, g.AttemptsUsed)
 
 	e.advance(5 * time.Second) // past the extended expiry
 	_, err = q.Extend(e.ctx, j.ID, l.LeaseToken, 10*time.Second)
@@ -417,7 +429,7 @@ func testComplete(e *env) {
 	c, err := q.Complete(e.ctx, j.ID, l.LeaseToken, []byte("result"))
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateCompleted, c.State)
-	assert.Equal(e.t, 1, c.Attempts)
+	assert.Equal(e.t, 1, c.AttemptsUsed)
 	assert.Equal(e.t, []byte("result"), c.Result)
 	assert.False(e.t, c.FinishedAt.IsZero())
 	assert.Empty(e.t, c.LeaseToken)
@@ -439,13 +451,17 @@ func testFailRetryDelay(e *env) {
 	j := e.enqueue(q, queue.EnqueueParams{})
 	l := e.lease(q, queue.LeaseParams{Backend: "b1"})
 	require.NotNil(e.t, l)
-	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "boom", RetryAfter: 30 * time.Second})
+	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "boom"}, RetryAfter: 30 * time.Second})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateRetrying, f.State)
-	assert.Equal(e.t, 1, f.Attempts)
-	assert.Equal(e.t, "boom", f.LastError)
-	require.Len(e.t, f.Errors, 1)
-	assert.Equal(e.t, queue.AttemptError{Attempt: 1, Backend: "b1", Message: "boom", At: f.Errors[0].At}, f.Errors[0])
+	assert.Equal(e.t, 1, f.AttemptsUsed)
+	require.Len(e.t, f.Attempts, 1)
+	assert.Equal(e.t, queue.Attempt{
+		Number: 1, Backend: "b1", StartedAt: l.LeasedAt, EndedAt: f.Attempts[0].EndedAt, Class: "backend",
+		Error: queue.ErrorSummary{Class: "backend", Message: "boom"}, Counted: true,
+	}, f.Attempts[0])
+	assert.False(e.t, f.Attempts[0].EndedAt.IsZero())
+	assert.True(e.t, f.Error.IsZero(), "a retrying job has not ended")
 	assert.Empty(e.t, f.LeaseToken)
 
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{}), "not leasable during the delay")
@@ -455,7 +471,7 @@ func testFailRetryDelay(e *env) {
 	l2 := e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l2, "leasable once the delay elapsed")
 	assert.Equal(e.t, j.ID, l2.ID)
-	assert.Equal(e.t, 1, l2.Attempts)
+	assert.Equal(e.t, 1, l2.AttemptsUsed)
 }
 
 func testFailRetryAtOnce(e *env) {
@@ -463,14 +479,14 @@ func testFailRetryAtOnce(e *env) {
 	j := e.enqueue(q, queue.EnqueueParams{})
 	l := e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l)
-	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "boom", Backend: "named"})
+	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "boom"}})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateQueued, f.State)
-	assert.Equal(e.t, "named", f.Errors[0].Backend)
+	assert.Equal(e.t, "backend", f.Attempts[0].Backend, "the lease's backend ran the attempt made without Begin")
 	l2 := e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l2)
 	assert.Equal(e.t, j.ID, l2.ID)
-	_, err = q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "stale"})
+	_, err = q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "stale"}})
 	assert.ErrorIs(e.t, err, queue.ErrLeaseLost)
 }
 
@@ -479,22 +495,22 @@ func testDeadLetter(e *env) {
 	j := e.enqueue(q, queue.EnqueueParams{MaxAttempts: 2})
 	l := e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l)
-	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "first"})
+	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "first"}})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateQueued, f.State)
-	assert.Equal(e.t, 1, f.Attempts)
+	assert.Equal(e.t, 1, f.AttemptsUsed)
 
 	l = e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l)
-	f, err = q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "second", RetryAfter: time.Second})
+	f, err = q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "second"}, RetryAfter: time.Second})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateDead, f.State)
-	assert.Equal(e.t, 2, f.Attempts)
-	assert.Equal(e.t, "second", f.LastError)
+	assert.Equal(e.t, 2, f.AttemptsUsed)
+	assert.Equal(e.t, queue.ErrorSummary{Class: "backend", Message: "second"}, f.Error, "the last attempt's error ended the job")
 	assert.False(e.t, f.FinishedAt.IsZero())
-	require.Len(e.t, f.Errors, 2)
-	assert.Equal(e.t, []int{1, 2}, []int{f.Errors[0].Attempt, f.Errors[1].Attempt})
-	assert.Equal(e.t, []string{"first", "second"}, []string{f.Errors[0].Message, f.Errors[1].Message})
+	require.Len(e.t, f.Attempts, 2)
+	assert.Equal(e.t, []int{1, 2}, []int{f.Attempts[0].Number, f.Attempts[1].Number})
+	assert.Equal(e.t, []string{"first", "second"}, []string{f.Attempts[0].Error.Message, f.Attempts[1].Error.Message})
 
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{}), "dead jobs are not leased")
 	g, err := q.Get(e.ctx, j.ID)
@@ -507,10 +523,10 @@ func testFailNoRetry(e *env) {
 	j := e.enqueue(q, queue.EnqueueParams{MaxAttempts: 5})
 	l := e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l)
-	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: "invalid workflow", NoRetry: true})
+	f, err := q.Fail(e.ctx, j.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "invalid workflow"}, NoRetry: true})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateDead, f.State)
-	assert.Equal(e.t, 1, f.Attempts)
+	assert.Equal(e.t, 1, f.AttemptsUsed)
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{}))
 }
 
@@ -525,8 +541,8 @@ func testRequeue(e *env) {
 	r, err := q.Requeue(e.ctx, a.ID, l.LeaseToken)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, queue.StateQueued, r.State)
-	assert.Zero(e.t, r.Attempts, "requeue does not count an attempt")
-	assert.Empty(e.t, r.Errors)
+	assert.Zero(e.t, r.AttemptsUsed, "requeue does not count an attempt")
+	assert.Empty(e.t, r.Attempts, "nothing was begun: no attempt record")
 	assert.Empty(e.t, r.LeaseToken)
 	assert.Equal(e.t, a.Priority, r.Priority)
 	assert.Equal(e.t, a.EnqueuedAt, r.EnqueuedAt, "requeue keeps the job's age")
@@ -600,7 +616,7 @@ func testCancel(e *env) {
 	d := e.enqueue(q, queue.EnqueueParams{MaxAttempts: 1})
 	l = e.lease(q, queue.LeaseParams{})
 	require.NotNil(e.t, l)
-	_, err = q.Fail(e.ctx, d.ID, l.LeaseToken, queue.FailParams{Error: "x"})
+	_, err = q.Fail(e.ctx, d.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "x"}})
 	require.NoError(e.t, err)
 	_, err = q.Cancel(e.ctx, d.ID)
 	assert.ErrorIs(e.t, err, queue.ErrInvalidState)
@@ -845,7 +861,7 @@ func testExcludeBackends(e *env) {
 	require.Equal(e.t, j.ID, l.ID)
 
 	// Fail with ExcludeBackend adds the attempt's backend.
-	f, err := q.Fail(e.ctx, l.ID, l.LeaseToken, queue.FailParams{Error: "boom", ExcludeBackend: true})
+	f, err := q.Fail(e.ctx, l.ID, l.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Class: "backend", Message: "boom"}, ExcludeBackend: true})
 	require.NoError(e.t, err)
 	assert.Equal(e.t, []string{"gpu-1", "gpu-2"}, f.ExcludeBackends)
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{Backend: "gpu-2"}))
