@@ -18,8 +18,15 @@ import (
 //   - LeaseParams.Workflows is nil (any) or non-empty and deduplicated,
 //     LeaseParams.Tags, ExcludeWorkflows and PreferWorkflows are sorted and
 //     deduplicated (nil when empty), Backend is non-empty;
+//   - BeginParams.PromptID is non-empty; CancelParams.Error is not zero;
+//   - ListParams.States are valid and deduplicated (nil when all six),
+//     1 <= Limit <= MaxListLimit, Metadata has no empty key;
+//     PurgeParams.States are terminal and non-empty, Limit >= 0;
+//     a PauseScope sets at most one field; workflow keys are non-empty;
+//     a Watcher's buffer is >= 1;
 //   - params are not retained by the caller after the call (but the driver
-//     must copy slices and maps it keeps, and return fresh copies of jobs).
+//     must copy slices and maps it keeps, and return fresh copies of jobs
+//     and bodies).
 //
 // Semantics every driver must honour (the queuetest conformance suite checks
 // them):
@@ -27,7 +34,8 @@ import (
 //   - Lease returns the best eligible job: highest Priority, then Workflow
 //     in LeaseParams.PreferWorkflows, then oldest EnqueuedAt, then lowest
 //     enqueue sequence; eligible means queued (or retrying with AvailableAt
-//     <= now), Workflow in LeaseParams.Workflows (unless nil) and not in
+//     <= now), not covered by a paused scope (SetPaused), Workflow in
+//     LeaseParams.Workflows (unless nil) and not in
 //     ExcludeWorkflows, Requires ⊆ Tags, LeaseParams.Has meets every one of
 //     the job's Needs (nil Has: no filter; see "Needs and capabilities" in
 //     the package docs), and LeaseParams.Backend not in the job's
@@ -87,8 +95,43 @@ type Driver interface {
 	// cancelled job returns it unchanged; a completed or dead job gives
 	// ErrInvalidState.
 	Cancel(ctx context.Context, id string, p *CancelParams) (*Job, error)
+	// Retry puts a dead or cancelled job back in the queue by hand: state
+	// queued, AvailableAt now, AttemptsUsed zero, FinishedAt and Error
+	// cleared; Attempts (the history), EnqueuedAt (its place in line and in
+	// lists), Needs, ExcludeBackends and the idempotency key are kept. A
+	// completed or unfinished job gives ErrInvalidState; a full queue a
+	// *FullError.
+	Retry(ctx context.Context, id string) (*Job, error)
 	// Get returns the job.
 	Get(ctx context.Context, id string) (*Job, error)
+	// List returns a page of the jobs that match p (see ListParams), and
+	// the counts by state when p.Count is set. A malformed cursor gives
+	// ErrInvalid.
+	List(ctx context.Context, p *ListParams) (*ListPage, error)
+	// Purge deletes terminal jobs that match p, oldest finished first, and
+	// returns how many. Their idempotency keys become free.
+	Purge(ctx context.Context, p *PurgeParams) (int, error)
+
+	// PutWorkflow stores body under key unless a body is stored there
+	// already (the key is an exact hash of the body, chosen by the caller,
+	// so a stored body is never replaced). It refreshes the key's stored
+	// time either way (see PurgeWorkflows).
+	PutWorkflow(ctx context.Context, key string, body []byte) error
+	// GetWorkflow returns the body stored under key, or ErrNotFound.
+	GetWorkflow(ctx context.Context, key string) ([]byte, error)
+	// PurgeWorkflows deletes the bodies that no retained job references and
+	// that were last stored (PutWorkflow) before storedBefore, and returns
+	// how many. An enqueuer that remembers what it stored must store again
+	// when Enqueue reports the key not found.
+	PurgeWorkflows(ctx context.Context, storedBefore time.Time) (int, error)
+
+	// SetPaused pauses (or resumes) a scope: Lease returns no job that a
+	// paused scope covers. Pausing is idempotent; resuming signals
+	// readiness ([Notifier]).
+	SetPaused(ctx context.Context, s PauseScope, paused bool) error
+	// Paused returns the paused scopes, in any order.
+	Paused(ctx context.Context) ([]PauseScope, error)
+
 	// Stats returns counters.
 	Stats(ctx context.Context) (*Stats, error)
 	// Close releases the driver's resources; later calls return ErrClosed.

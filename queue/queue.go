@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -288,6 +289,162 @@ func (q *Queue) CancelWith(ctx context.Context, id string, p CancelParams) (*Job
 		p.Error = ErrorSummary{Class: ClassCancelled, Message: "queue: job cancelled"}
 	}
 	return q.d.Cancel(ctx, id, &p)
+}
+
+// Retry puts a dead or cancelled job back in the queue by hand (see
+// [Driver].Retry for what it resets and keeps). A completed or unfinished
+// job gives ErrInvalidState.
+func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalidf("job ID is required")
+	}
+	return q.d.Retry(ctx, id)
+}
+
+// List returns one page of the jobs matching p (see [ListParams]), newest
+// first unless p.OldestFirst; pass the page's Next as p.Cursor for the next
+// page.
+func (q *Queue) List(ctx context.Context, p ListParams) (*ListPage, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if p.Limit < 0 {
+		return nil, invalidf("ListParams.Limit cannot be negative")
+	}
+	p.Limit = min(cmp.Or(p.Limit, DefaultListLimit), MaxListLimit)
+	states, err := normalizeStates(p.States, "ListParams.States", false)
+	if err != nil {
+		return nil, err
+	}
+	if len(states) == 6 {
+		states = nil
+	}
+	p.States = states
+	if _, ok := p.Metadata[""]; ok {
+		return nil, invalidf("ListParams.Metadata cannot have an empty key")
+	}
+	return q.d.List(ctx, &p)
+}
+
+func normalizeStates(states []State, field string, terminal bool) ([]State, error) {
+	for _, s := range states {
+		if !s.Valid() {
+			return nil, invalidf("%s: unknown state %q", field, s)
+		}
+		if terminal && !s.Terminal() {
+			return nil, invalidf("%s: %s is not a terminal state", field, s)
+		}
+	}
+	if len(states) == 0 {
+		return nil, nil
+	}
+	c := slices.Clone(states)
+	slices.Sort(c)
+	return slices.Compact(c), nil
+}
+
+// Purge deletes terminal jobs matching p (see [PurgeParams]), oldest
+// finished first, and returns how many it deleted.
+func (q *Queue) Purge(ctx context.Context, p PurgeParams) (int, error) {
+	if err := q.check(ctx); err != nil {
+		return 0, err
+	}
+	if p.Limit < 0 {
+		return 0, invalidf("PurgeParams.Limit cannot be negative")
+	}
+	states, err := normalizeStates(p.States, "PurgeParams.States", true)
+	if err != nil {
+		return 0, err
+	}
+	if states == nil {
+		states = []State{StateCancelled, StateCompleted, StateDead}
+	}
+	p.States = states
+	return q.d.Purge(ctx, &p)
+}
+
+// PutWorkflow stores a workflow body under key, an exact hash of body
+// chosen by the caller, once: storing the same key again only refreshes
+// its stored time. Jobs reference it with EnqueueParams.WorkflowKey.
+func (q *Queue) PutWorkflow(ctx context.Context, key string, body []byte) error {
+	if err := q.check(ctx); err != nil {
+		return err
+	}
+	if key == "" {
+		return invalidf("workflow key is required")
+	}
+	return q.d.PutWorkflow(ctx, key, body)
+}
+
+// GetWorkflow returns the body stored under key, or ErrNotFound.
+func (q *Queue) GetWorkflow(ctx context.Context, key string) ([]byte, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, invalidf("workflow key is required")
+	}
+	return q.d.GetWorkflow(ctx, key)
+}
+
+// PurgeWorkflows deletes the stored bodies that no retained job references
+// and that were last stored before storedBefore, and returns how many.
+// Give a margin (an hour, say): an enqueuer that stored a body just before
+// the purge and enqueues just after gets ErrNotFound from Enqueue and must
+// store it again.
+func (q *Queue) PurgeWorkflows(ctx context.Context, storedBefore time.Time) (int, error) {
+	if err := q.check(ctx); err != nil {
+		return 0, err
+	}
+	return q.d.PurgeWorkflows(ctx, storedBefore)
+}
+
+// SetPaused pauses or resumes a scope (see [PauseScope]) for every process
+// on the queue: Lease returns no job a paused scope covers. A paused job
+// stays queued (and its timeouts run).
+func (q *Queue) SetPaused(ctx context.Context, s PauseScope, paused bool) error {
+	if err := q.check(ctx); err != nil {
+		return err
+	}
+	if s.Workflow != "" && s.Tag != "" {
+		return invalidf("PauseScope cannot set both Workflow and Tag")
+	}
+	return q.d.SetPaused(ctx, s, paused)
+}
+
+// Paused returns the paused scopes: the whole queue first, then workflows,
+// then tags, each by name.
+func (q *Queue) Paused(ctx context.Context) ([]PauseScope, error) {
+	if err := q.check(ctx); err != nil {
+		return nil, err
+	}
+	s, err := q.d.Paused(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sortPauseScopes(s)
+	return s, nil
+}
+
+// Subscribe returns a feed of job changes from the driver (see [Watcher]):
+// buffer zero means DefaultChangeBuffer. Call the returned func to end it.
+// A driver without a change feed gives an error matching
+// errors.ErrUnsupported.
+func (q *Queue) Subscribe(ctx context.Context, buffer int) (<-chan Change, func(), error) {
+	if err := q.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	if buffer < 0 {
+		return nil, nil, invalidf("change buffer cannot be negative")
+	}
+	w, ok := q.d.(Watcher)
+	if !ok {
+		return nil, nil, fmt.Errorf("queue: the driver has no change feed: %w", errors.ErrUnsupported)
+	}
+	return w.Subscribe(ctx, cmp.Or(buffer, DefaultChangeBuffer))
 }
 
 // Get returns a snapshot of the job, or ErrNotFound.

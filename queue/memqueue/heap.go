@@ -1,66 +1,80 @@
 package memqueue
 
-// ixheap is a binary min-heap of entries that tracks each entry's position
-// (through slot) so that remove and fix are O(log n).
-type ixheap struct {
-	items []*entry
-	less  func(a, b *entry) bool
-	slot  func(e *entry) *int
+// hent is an entry of an xheap: a key and the slot of the record it
+// stands for. 16 bytes: a queued job costs one.
+type hent struct {
+	k    int64
+	slot uint32
 }
 
-func (h *ixheap) len() int { return len(h.items) }
+// xheap is a binary min-heap of entries ordered by (k, slot) that writes
+// each entry's position into pos[slot], so that remove and fix are
+// O(log n). A record is in at most one heap at a time (a bucket's ready
+// heap, the retry-delay heap or the lease-expiry heap), so one position
+// per slot serves them all.
+type xheap struct {
+	items []hent
+	pos   *[]int32
+}
 
-func (h *ixheap) peek() *entry {
+func (h *xheap) len() int { return len(h.items) }
+
+func (h *xheap) peek() (hent, bool) {
 	if len(h.items) == 0 {
-		return nil
+		return hent{}, false
 	}
-	return h.items[0]
+	return h.items[0], true
 }
 
-func (h *ixheap) push(e *entry) {
-	*h.slot(e) = len(h.items)
+func less(a, b hent) bool {
+	if a.k != b.k {
+		return a.k < b.k
+	}
+	return a.slot < b.slot
+}
+
+func (h *xheap) push(e hent) {
+	(*h.pos)[e.slot] = int32(len(h.items))
 	h.items = append(h.items, e)
 	h.up(len(h.items) - 1)
 }
 
-// remove takes e out of the heap; e must be in it.
-func (h *ixheap) remove(e *entry) {
-	i := *h.slot(e)
+// remove takes slot's entry out of the heap; it must be in it.
+func (h *xheap) remove(slot uint32) {
+	i := int((*h.pos)[slot])
 	last := len(h.items) - 1
 	if i != last {
 		h.swap(i, last)
 	}
-	h.items[last] = nil
 	h.items = h.items[:last]
-	*h.slot(e) = -1
-	if i != last {
-		if !h.down(i) {
-			h.up(i)
-		}
+	(*h.pos)[slot] = -1
+	if i != last && !h.down(i) {
+		h.up(i)
 	}
 	if cap(h.items) > 64 && len(h.items) < cap(h.items)/4 {
-		h.items = append([]*entry(nil), h.items...) // give memory back
+		h.items = append([]hent(nil), h.items...) // give memory back
 	}
 }
 
-// fix restores the order after e's key changed.
-func (h *ixheap) fix(e *entry) {
-	i := *h.slot(e)
+// fix sets slot's key to k and restores the order.
+func (h *xheap) fix(slot uint32, k int64) {
+	i := int((*h.pos)[slot])
+	h.items[i].k = k
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h *ixheap) swap(i, j int) {
+func (h *xheap) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	*h.slot(h.items[i]) = i
-	*h.slot(h.items[j]) = j
+	(*h.pos)[h.items[i].slot] = int32(i)
+	(*h.pos)[h.items[j].slot] = int32(j)
 }
 
-func (h *ixheap) up(i int) {
+func (h *xheap) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(h.items[i], h.items[p]) {
+		if !less(h.items[i], h.items[p]) {
 			return
 		}
 		h.swap(i, p)
@@ -69,7 +83,7 @@ func (h *ixheap) up(i int) {
 }
 
 // down reports whether the element moved.
-func (h *ixheap) down(i0 int) bool {
+func (h *xheap) down(i0 int) bool {
 	i, n := i0, len(h.items)
 	for {
 		l := 2*i + 1
@@ -77,10 +91,10 @@ func (h *ixheap) down(i0 int) bool {
 			break
 		}
 		c := l
-		if r := l + 1; r < n && h.less(h.items[r], h.items[l]) {
+		if r := l + 1; r < n && less(h.items[r], h.items[l]) {
 			c = r
 		}
-		if !h.less(h.items[c], h.items[i]) {
+		if !less(h.items[c], h.items[i]) {
 			break
 		}
 		h.swap(i, c)

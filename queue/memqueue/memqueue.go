@@ -2,13 +2,13 @@ package memqueue
 
 import (
 	"cmp"
-	"container/list"
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
+	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +31,10 @@ type Config struct {
 	// DefaultCapacity (10,000). Zero means default; -1 means unbounded.
 	Capacity int
 	// Retention is how long terminal jobs (completed, dead, cancelled) are
-	// kept for Get and idempotency checks after they finish. Defaults to
-	// DefaultRetention (1h). Zero means default; negative is invalid.
+	// kept for Get, List and idempotency checks after they finish, and how
+	// long a stored workflow body that no job references is kept after it
+	// was last stored. Defaults to DefaultRetention (1h). Zero means
+	// default; negative is invalid.
 	Retention time.Duration
 	// MaxRetained bounds the number of terminal jobs kept; the oldest are
 	// dropped first. Defaults to DefaultMaxRetained (10,000). Zero means
@@ -74,123 +76,95 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// entry is the internal record of one job.
-type entry struct {
-	job      queue.Job
-	seq      uint64
-	bucket   *bucket
-	readyIdx int // position in bucket.h while queued
-	ageIdx   int // position in Queue.age while queued
-	timeIdx  int // position in Queue.delayed (retrying) or Queue.leased (leased)
-	retained *list.Element
-}
-
-// bucket holds the queued jobs of one (Workflow, Requires, Needs,
-// ExcludeBackends) combination, in lease order. Lease looks only at bucket
-// heads.
-type bucket struct {
-	workflow string
-	key      string
-	requires []string
-	needs    []string
-	excludes []string
-	h        ixheap
-	// meets caches whether a capability set (by digest) meets needs: a
-	// set's content never changes under its digest.
-	meets map[string]bool
-}
-
-// maxMeetsCache bounds bucket.meets; a full cache is cleared (capability
-// sets change when backends reconnect, so old digests pile up).
-const maxMeetsCache = 64
-
-// meetsNeeds reports whether has meets the bucket's needs, from the cache
-// when it can.
-func (b *bucket) meetsNeeds(has *queue.Capabilities) bool {
-	if len(b.needs) == 0 || has == nil {
-		return true
-	}
-	d := has.Digest()
-	if ok, hit := b.meets[d]; hit {
-		return ok
-	}
-	ok := has.MeetsAll(b.needs)
-	if b.meets == nil || len(b.meets) >= maxMeetsCache {
-		b.meets = make(map[string]bool)
-	}
-	b.meets[d] = ok
-	return ok
-}
-
-func readyLess(a, b *entry) bool {
-	if a.job.Priority != b.job.Priority {
-		return a.job.Priority > b.job.Priority
-	}
-	if c := a.job.EnqueuedAt.Compare(b.job.EnqueuedAt); c != 0 {
-		return c < 0
-	}
-	return a.seq < b.seq
-}
-
-func ageLess(a, b *entry) bool {
-	if c := a.job.EnqueuedAt.Compare(b.job.EnqueuedAt); c != 0 {
-		return c < 0
-	}
-	return a.seq < b.seq
-}
-
-func delayLess(a, b *entry) bool {
-	if c := a.job.AvailableAt.Compare(b.job.AvailableAt); c != 0 {
-		return c < 0
-	}
-	return a.seq < b.seq
-}
-
-func leaseLess(a, b *entry) bool {
-	if c := a.job.LeaseExpiresAt.Compare(b.job.LeaseExpiresAt); c != 0 {
-		return c < 0
-	}
-	return a.seq < b.seq
-}
-
-// Queue is the in-memory [queue.Driver]. Enqueue and Lease are O(log n) in
-// the number of queued jobs plus O(b) in the number of distinct
-// (Workflow, Requires, Needs, ExcludeBackends) combinations among queued
-// jobs (Lease compares only the head of each such bucket the backend
-// accepts; whether a capability set meets a bucket's Needs is computed once
-// per set digest and cached). It implements
-// [queue.Notifier] and [queue.SpaceNotifier] with one time.AfterFunc timer set
-// for the next retry or lease expiry; Close stops it.
+// Queue is the in-memory [queue.Driver]. See the package documentation for
+// how it stores records and what each operation costs. It implements
+// [queue.Notifier], [queue.SpaceNotifier] and [queue.Watcher].
 //
-// Use it through [queue.New]. A Queue is safe for concurrent use by multiple
-// goroutines.
+// Use it through [queue.New]. A Queue is safe for concurrent use by
+// multiple goroutines.
 type Queue struct {
 	cfg Config
 	now func() time.Time
 
-	mu       sync.Mutex
-	closed   bool
-	jobs     map[string]*entry
-	keys     map[string]string             // idempotency key → job ID
-	buckets  map[string]map[string]*bucket // workflow → requires key → bucket
-	age      ixheap                        // queued, by age
-	delayed  ixheap                        // retrying, by AvailableAt
-	leased   ixheap                        // leased, by LeaseExpiresAt
-	retained list.List                     // terminal entries, oldest first
-	counts   map[queue.State]int
-	active   int // queued + retrying + leased
-	seq      uint64
-	space    chan struct{} // closed and replaced when capacity frees
-	timer    *time.Timer
-	timerAt  time.Time
+	mu     sync.Mutex
+	closed bool
+	rnd    *rand.ChaCha8 // job IDs and lease tokens
 
-	ready chan struct{} // 1-buffered, coalescing
+	// Records.
+	ids  map[[16]byte]uint32 // job ID → slot
+	recs [][]byte            // slot → encoded record; nil when free
+	pos  []int32             // slot → position in its heap, -1 when in none
+	free []uint32            // free slots
+	seqs seqslots            // enqueue sequence → slot
+	syms symtab
+	keys map[string]uint32 // idempotency key → slot
+	seq  uint64
+	last int64 // the latest EnqueuedAt (Unix nanoseconds): never goes back
+
+	// Dispatch.
+	wfs      map[uint32]*wfBuckets // workflow symbol → its buckets of queued jobs
+	delayed  xheap                 // retrying, by AvailableAt
+	leased   xheap                 // leased, by LeaseExpiresAt
+	retained []retainedEnt         // terminal records in finishing order, from rhead
+	rhead    int
+	counts   [nStates]int
+	active   int // queued + retrying + leased
+	paused   pauses
+
+	// List indexes.
+	all        seqset
+	byState    [nStates]seqset
+	byWorkflow map[uint32]*seqset
+	byWfKey    map[uint32]*seqset
+	byBackend  map[uint32]*seqset
+	byMeta     map[metaKey]*seqset
+
+	bodies    map[string]*wfBody
+	unused    map[string]struct{} // bodies no record references
+	nextSweep int64
+
+	subs map[*sub]struct{}
+
+	space   chan struct{} // closed and replaced when capacity frees
+	timer   *time.Timer
+	timerAt time.Time
+	ready   chan struct{} // 1-buffered, coalescing
+
+	buf   []byte // encoding scratch
+	arena []byte // scratch for the sections a write replaces
+}
+
+// retainedEnt names a terminal record in the retention queue. It is stale
+// (skipped) when the slot no longer holds that job finished at that time
+// (Retry or Purge happened).
+type retainedEnt struct {
+	finished int64
+	seq      uint64
+	slot     uint32
+}
+
+type metaKey struct {
+	key   uint32
+	value string
+}
+
+type wfBody struct {
+	data  []byte
+	refs  int
+	putAt int64
+}
+
+type pauses struct {
+	all       bool
+	workflows map[string]bool
+	tags      map[string]bool
 }
 
 var (
 	_ queue.Driver        = (*Queue)(nil)
 	_ queue.Notifier      = (*Queue)(nil)
 	_ queue.SpaceNotifier = (*Queue)(nil)
+	_ queue.Watcher       = (*Queue)(nil)
 )
 
 // New returns an empty in-memory queue. cfg may be nil (all defaults); it is
@@ -203,19 +177,27 @@ func New(cfg *Config) (*Queue, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // never fails (crypto/rand panics rather)
 	q := &Queue{
-		cfg:     c,
-		now:     c.Test.Now,
-		jobs:    make(map[string]*entry),
-		keys:    make(map[string]string),
-		buckets: make(map[string]map[string]*bucket),
-		counts:  make(map[queue.State]int),
-		space:   make(chan struct{}),
-		ready:   make(chan struct{}, 1),
+		cfg:        c,
+		now:        c.Test.Now,
+		rnd:        rand.NewChaCha8(seed),
+		ids:        map[[16]byte]uint32{},
+		syms:       newSymtab(),
+		keys:       map[string]uint32{},
+		wfs:        map[uint32]*wfBuckets{},
+		byWorkflow: map[uint32]*seqset{},
+		byWfKey:    map[uint32]*seqset{},
+		byBackend:  map[uint32]*seqset{},
+		byMeta:     map[metaKey]*seqset{},
+		bodies:     map[string]*wfBody{},
+		unused:     map[string]struct{}{},
+		subs:       map[*sub]struct{}{},
+		space:      make(chan struct{}),
+		ready:      make(chan struct{}, 1),
 	}
-	q.age = ixheap{less: ageLess, slot: func(e *entry) *int { return &e.ageIdx }}
-	q.delayed = ixheap{less: delayLess, slot: func(e *entry) *int { return &e.timeIdx }}
-	q.leased = ixheap{less: leaseLess, slot: func(e *entry) *int { return &e.timeIdx }}
+	q.delayed.pos, q.leased.pos = &q.pos, &q.pos
 	return q, nil
 }
 
@@ -224,7 +206,7 @@ func New(cfg *Config) (*Queue, error) {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.jobs)
+	return len(q.ids)
 }
 
 // Ready implements [queue.Notifier].
@@ -237,8 +219,8 @@ func (q *Queue) SpaceAvailable() <-chan struct{} {
 	return q.space
 }
 
-// Close stops the timer and makes later calls return queue.ErrClosed. It is
-// idempotent and always returns nil.
+// Close stops the timer, ends every change subscription and makes later
+// calls return queue.ErrClosed. It is idempotent and always returns nil.
 func (q *Queue) Close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -250,26 +232,30 @@ func (q *Queue) Close() error {
 		q.timer.Stop()
 	}
 	close(q.space)
+	for s := range q.subs {
+		delete(q.subs, s)
+		close(s.ch)
+	}
 	return nil
 }
 
 // begin locks q, fails if closed or ctx is done, and applies due transitions.
 // The caller must call q.end.
-func (q *Queue) begin(ctx context.Context) (time.Time, error) {
+func (q *Queue) begin(ctx context.Context) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return time.Time{}, err
+		return 0, err
 	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return time.Time{}, queue.ErrClosed
+		return 0, queue.ErrClosed
 	}
-	now := q.now()
+	now := q.now().UnixNano()
 	q.tick(now)
 	return now, nil
 }
 
-func (q *Queue) end(now time.Time) {
+func (q *Queue) end(now int64) {
 	q.schedule(now)
 	q.mu.Unlock()
 }
@@ -281,55 +267,66 @@ func (q *Queue) signalReady() {
 	}
 }
 
-func (q *Queue) setState(e *entry, s queue.State) {
-	if e.job.State != "" {
-		q.counts[e.job.State]--
-	}
-	e.job.State = s
-	q.counts[s]++
-}
-
 // tick applies the transitions due at now: retry delays that elapsed, leases
 // that expired, terminal records past retention.
-func (q *Queue) tick(now time.Time) {
-	for e := q.delayed.peek(); e != nil && !now.Before(e.job.AvailableAt); e = q.delayed.peek() {
-		q.delayed.remove(e)
-		q.makeQueued(e)
+func (q *Queue) tick(now int64) {
+	for e, ok := q.delayed.peek(); ok && e.k <= now; e, ok = q.delayed.peek() {
+		q.delayed.remove(e.slot)
+		old := q.load(e.slot)
+		nw := old
+		nw.state = cQueued
+		q.write(e.slot, &old, &nw, true)
+		q.makeQueued(e.slot, &nw)
 	}
-	for e := q.leased.peek(); e != nil && !now.Before(e.job.LeaseExpiresAt); e = q.leased.peek() {
-		q.leased.remove(e)
-		at := e.job.LeaseExpiresAt
-		q.closeAttempt(e, at, queue.ErrorSummary{Class: queue.ClassLeaseExpired, Message: "queue: lease expired"}, true, true)
-		e.job.Version++
-		if e.job.AttemptsUsed >= e.job.MaxAttempts {
-			e.job.Error = e.job.Attempts[len(e.job.Attempts)-1].Error
-			q.finish(e, queue.StateDead, now)
-		} else {
-			q.clearLease(e)
-			e.job.AvailableAt = now
-			q.makeQueued(e)
-		}
+	for e, ok := q.leased.peek(); ok && e.k <= now; e, ok = q.leased.peek() {
+		q.leased.remove(e.slot)
+		q.expire(e.slot, e.k)
 	}
 	q.prune(now)
+	q.sweepBodies(now)
+}
+
+// expire voids slot's lease, which expired at at: the attempt counts.
+func (q *Queue) expire(slot uint32, at int64) {
+	old := q.load(slot)
+	nw := old
+	why := queue.ErrorSummary{Class: queue.ClassLeaseExpired, Message: "queue: lease expired"}
+	q.closeAttempt(&nw, at, why.Class, why, true, true)
+	nw.hasToken, nw.expires = false, 0
+	if nw.used >= nw.maxAtt {
+		nw.state, nw.finished = cDead, at
+		nw.errsec = q.errSection(why)
+		q.write(slot, &old, &nw, true)
+		q.finished(slot, &nw, at)
+		return
+	}
+	nw.state, nw.avail = cQueued, at
+	q.write(slot, &old, &nw, true)
+	q.makeQueued(slot, &nw)
 }
 
 // schedule arms the timer for the next retry or lease expiry.
-func (q *Queue) schedule(now time.Time) {
-	var next time.Time
-	if e := q.delayed.peek(); e != nil {
-		next = e.job.AvailableAt
+func (q *Queue) schedule(now int64) {
+	var next int64
+	if e, ok := q.delayed.peek(); ok {
+		next = e.k
 	}
-	if e := q.leased.peek(); e != nil && (next.IsZero() || e.job.LeaseExpiresAt.Before(next)) {
-		next = e.job.LeaseExpiresAt
+	if e, ok := q.leased.peek(); ok && (next == 0 || e.k < next) {
+		next = e.k
 	}
-	if next.IsZero() || (!q.timerAt.IsZero() && !next.Before(q.timerAt)) {
-		return // nothing due, or the timer fires earlier and reschedules
+	if next == 0 {
+		return
 	}
-	q.timerAt = next
+	at := time.Unix(0, next)
+	if !q.timerAt.IsZero() && !at.Before(q.timerAt) {
+		return // the timer fires earlier and reschedules
+	}
+	q.timerAt = at
+	d := time.Duration(next - now)
 	if q.timer == nil {
-		q.timer = time.AfterFunc(next.Sub(now), q.onTimer)
+		q.timer = time.AfterFunc(d, q.onTimer)
 	} else {
-		q.timer.Reset(next.Sub(now))
+		q.timer.Reset(d)
 	}
 }
 
@@ -340,109 +337,314 @@ func (q *Queue) onTimer() {
 		return
 	}
 	q.timerAt = time.Time{}
-	now := q.now()
+	now := q.now().UnixNano()
 	q.tick(now)
 	q.schedule(now)
 }
 
-func (q *Queue) bucketFor(e *entry) *bucket {
-	key := strings.Join(e.job.Requires, "\x00") + "\x01" + strings.Join(e.job.ExcludeBackends, "\x00") +
-		"\x01" + strings.Join(e.job.Needs, "\x00")
-	m := q.buckets[e.job.Workflow]
-	if m == nil {
-		m = make(map[string]*bucket)
-		q.buckets[e.job.Workflow] = m
-	}
-	b := m[key]
-	if b == nil {
-		b = &bucket{workflow: e.job.Workflow, key: key, requires: e.job.Requires, needs: e.job.Needs, excludes: e.job.ExcludeBackends}
-		b.h = ixheap{less: readyLess, slot: func(e *entry) *int { return &e.readyIdx }}
-		m[key] = b
-	}
+// newID returns 16 random bytes in the form of a version 4 UUID.
+func (q *Queue) newID() [16]byte {
+	var b [16]byte
+	_, _ = q.rnd.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
 	return b
 }
 
-func (q *Queue) makeQueued(e *entry) {
-	q.setState(e, queue.StateQueued)
-	e.bucket = q.bucketFor(e)
-	e.bucket.h.push(e)
-	q.age.push(e)
-	q.signalReady()
+// parseID returns the 16 bytes of an ID or token; ok is false when s is not
+// one this queue could have made.
+func parseID(s string) ([16]byte, bool) {
+	if len(s) != 36 {
+		return [16]byte{}, false
+	}
+	u, err := uuid.Parse(s)
+	return u, err == nil
 }
 
-func (q *Queue) unqueue(e *entry) {
-	b := e.bucket
-	b.h.remove(e)
-	e.bucket = nil
-	if b.h.len() == 0 {
-		m := q.buckets[b.workflow]
-		delete(m, b.key)
-		if len(m) == 0 {
-			delete(q.buckets, b.workflow)
+func (q *Queue) load(slot uint32) rec { return decode(q.recs[slot]) }
+
+// write replaces slot's record old with nw, whose version it sets to
+// old's plus one: it moves symbol references and the state index for what
+// changed, stores the encoding (in place when it fits) and publishes a
+// change unless quiet. Afterwards nw is the stored record decoded again
+// (its sections alias the new encoding) and old is invalid: its sections
+// may alias bytes overwritten in place.
+func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
+	nw.version = old.version + 1
+	q.buf = nw.encode(q.buf[:0])
+	if old.leasedBy != nw.leasedBy || !sameBytes(old.attempts, nw.attempts) {
+		was, is := backendsOf(old), backendsOf(nw)
+		for _, b := range was {
+			if !slices.Contains(is, b) {
+				indexRemove(q.byBackend, b, nw.seq)
+			}
+		}
+		for _, b := range is {
+			indexAdd(q.byBackend, b, nw.seq)
 		}
 	}
-	q.age.remove(e)
+	q.moveRefs(old, nw)
+	if old.state != nw.state {
+		q.counts[old.state]--
+		q.counts[nw.state]++
+		q.byState[old.state].remove(nw.seq)
+		q.byState[nw.state].add(nw.seq)
+	}
+	b := q.recs[slot]
+	if cap(b) >= len(q.buf) {
+		b = b[:len(q.buf)]
+		copy(b, q.buf)
+	} else {
+		b = append([]byte(nil), q.buf...)
+	}
+	q.recs[slot] = b
+	*nw = decode(b)
+	if publish {
+		q.publish(nw)
+	}
 }
 
-func (q *Queue) clearLease(e *entry) {
-	e.job.LeaseToken = ""
-	e.job.LeaseExpiresAt = time.Time{}
+// moveRefs retains the symbols nw holds that old did not hold in the same
+// field, then releases old's (retaining first: a symbol both hold must not
+// be freed in between).
+func (q *Queue) moveRefs(old, nw *rec) {
+	for pass := range 2 {
+		r, fn := nw, q.syms.retain
+		if pass == 1 {
+			r, fn = old, q.syms.release
+		}
+		if old.workflow != nw.workflow {
+			fn(r.workflow)
+		}
+		if old.wfKey != nw.wfKey {
+			fn(r.wfKey)
+		}
+		if old.leasedBy != nw.leasedBy {
+			fn(r.leasedBy)
+		}
+		if !sameBytes(old.meta, nw.meta) {
+			eachSectionSym(r, secMeta, r.meta, fn)
+		}
+		if !sameBytes(old.requires, nw.requires) {
+			eachSectionSym(r, secList, r.requires, fn)
+		}
+		if !sameBytes(old.needs, nw.needs) {
+			eachSectionSym(r, secList, r.needs, fn)
+		}
+		if !sameBytes(old.excludes, nw.excludes) {
+			eachSectionSym(r, secList, r.excludes, fn)
+		}
+		if !sameBytes(old.errsec, nw.errsec) {
+			eachSectionSym(r, secErr, r.errsec, fn)
+		}
+		if !sameBytes(old.attempts, nw.attempts) {
+			eachSectionSym(r, secAttempts, r.attempts, fn)
+		}
+	}
 }
 
-// closeAttempt closes the lease's open attempt at now with err (class
-// err.Class, or ClassNone when err is zero), making one first when make is
-// set and none is open; counted counts it against MaxAttempts.
-func (q *Queue) closeAttempt(e *entry, now time.Time, err queue.ErrorSummary, counted, make bool) {
-	a := e.job.OpenAttempt()
-	if a == nil {
+// section returns b as a section of its own in the arena (valid until the
+// next operation).
+func (q *Queue) section(build func([]byte) []byte) []byte {
+	start := len(q.arena)
+	q.arena = build(q.arena)
+	return q.arena[start:len(q.arena):len(q.arena)]
+}
+
+func (q *Queue) internList(s []string) []uint32 {
+	if len(s) == 0 {
+		return nil
+	}
+	out := make([]uint32, len(s))
+	for i, x := range s {
+		out[i] = q.syms.intern(x)
+	}
+	return out
+}
+
+func (q *Queue) errSection(e queue.ErrorSummary) []byte {
+	es := errSummary{
+		class: q.syms.intern(e.Class), message: []byte(e.Message),
+		nodeID: []byte(e.NodeID), nodeType: q.syms.intern(e.NodeType),
+	}
+	return q.section(es.encode)
+}
+
+// closeAttempt closes r's open attempt at now with class and e, replacing
+// r.attempts; with make it first makes one from the lease when none is
+// open; counted counts it against MaxAttempts. It returns the attempt's
+// backend symbol (0 when it closed none).
+func (q *Queue) closeAttempt(r *rec, now int64, class string, e queue.ErrorSummary, counted, make bool) uint32 {
+	list := r.attemptList()
+	if n := len(list); n == 0 || list[n-1].ended != 0 {
 		if !make {
-			return
+			return 0
 		}
-		e.job.Attempts = append(e.job.Attempts, queue.Attempt{
-			Number: len(e.job.Attempts) + 1, Backend: e.job.LeasedBy, StartedAt: e.job.LeasedAt,
-		})
-		a = &e.job.Attempts[len(e.job.Attempts)-1]
+		list = append(list, attempt{backend: r.leasedBy, started: r.leasedAt})
 	}
-	a.EndedAt = now
-	a.Class = err.Class
-	if err.IsZero() {
-		a.Class = queue.ClassNone
-	}
-	a.Error = err
-	a.Counted = counted
+	a := &list[len(list)-1]
+	a.ended = now
+	a.class = q.syms.intern(class)
+	a.errClass = q.syms.intern(e.Class)
+	a.message, a.nodeID = []byte(e.Message), []byte(e.NodeID)
+	a.nodeType = q.syms.intern(e.NodeType)
+	a.counted = counted
 	if counted {
-		e.job.AttemptsUsed++
+		r.used++
+	}
+	r.nAtt = uint64(len(list))
+	r.attempts = q.section(func(b []byte) []byte {
+		for i := range list {
+			b = list[i].encode(b, r.enq)
+		}
+		return b
+	})
+	return a.backend
+}
+
+// insert stores a new record in a free slot and indexes it.
+func (q *Queue) insert(r *rec) uint32 {
+	var slot uint32
+	if n := len(q.free); n > 0 {
+		slot = q.free[n-1]
+		q.free = q.free[:n-1]
+	} else {
+		slot = uint32(len(q.recs))
+		q.recs = append(q.recs, nil)
+		q.pos = append(q.pos, -1)
+	}
+	r.eachSym(q.syms.retain)
+	q.buf = r.encode(q.buf[:0])
+	q.recs[slot] = append([]byte(nil), q.buf...)
+	q.pos[slot] = -1
+	q.ids[r.id] = slot
+	q.seqs.set(r.seq, slot)
+	q.counts[r.state]++
+	q.all.add(r.seq)
+	q.byState[r.state].add(r.seq)
+	indexAdd(q.byWorkflow, r.workflow, r.seq)
+	indexAdd(q.byWfKey, r.wfKey, r.seq)
+	q.eachMeta(r, func(k metaKey) { indexAdd(q.byMeta, k, r.seq) })
+	q.publish(r)
+	return slot
+}
+
+func indexAdd[K comparable](m map[K]*seqset, k K, seq uint64) {
+	s := m[k]
+	if s == nil {
+		s = &seqset{}
+		m[k] = s
+	}
+	s.add(seq)
+}
+
+func indexRemove[K comparable](m map[K]*seqset, k K, seq uint64) {
+	if s := m[k]; s != nil {
+		s.remove(seq)
+		if s.len() == 0 {
+			delete(m, k)
+		}
 	}
 }
 
-// finish moves an unfinished entry (already out of every heap) to a terminal
-// state and into the retention list.
-func (q *Queue) finish(e *entry, s queue.State, now time.Time) {
-	q.setState(e, s)
-	q.clearLease(e)
-	e.job.FinishedAt = now
+func (q *Queue) eachMeta(r *rec, fn func(metaKey)) {
+	if len(r.meta) == 0 {
+		return
+	}
+	d := reader{b: r.meta}
+	for n := d.uvarint(); n > 0; n-- {
+		k := d.sym()
+		fn(metaKey{k, string(d.bytes())})
+	}
+}
+
+// backendsOf returns the backends r was leased by or ran an attempt on
+// (the Backend filter of List), without duplicates.
+func backendsOf(r *rec) []uint32 {
+	var out []uint32
+	if r.leasedBy != 0 {
+		out = append(out, r.leasedBy)
+	}
+	if r.nAtt > 0 {
+		for _, a := range r.attemptList() {
+			if a.backend != 0 && !slices.Contains(out, a.backend) {
+				out = append(out, a.backend)
+			}
+		}
+	}
+	return out
+}
+
+// drop deletes a terminal record (out of every heap) and its indexes.
+func (q *Queue) drop(slot uint32) {
+	r := q.load(slot)
+	q.counts[r.state]--
+	q.all.remove(r.seq)
+	q.byState[r.state].remove(r.seq)
+	indexRemove(q.byWorkflow, r.workflow, r.seq)
+	indexRemove(q.byWfKey, r.wfKey, r.seq)
+	q.eachMeta(&r, func(k metaKey) { indexRemove(q.byMeta, k, r.seq) })
+	for _, b := range backendsOf(&r) {
+		indexRemove(q.byBackend, b, r.seq)
+	}
+	if r.wfKey != 0 {
+		q.unref(q.syms.str(r.wfKey))
+	}
+	if k := string(r.idem); k != "" && q.keys[k] == slot {
+		delete(q.keys, k)
+	}
+	r.eachSym(q.syms.release)
+	delete(q.ids, r.id)
+	q.seqs.del(r.seq)
+	q.recs[slot] = nil
+	q.free = append(q.free, slot)
+}
+
+// finished does the bookkeeping of a record that just became terminal (out
+// of every heap).
+func (q *Queue) finished(slot uint32, r *rec, at int64) {
 	q.active--
 	close(q.space)
 	q.space = make(chan struct{})
-	e.retained = q.retained.PushBack(e)
-	q.prune(now)
+	q.retained = append(q.retained, retainedEnt{finished: at, seq: r.seq, slot: slot})
 }
 
-func (q *Queue) prune(now time.Time) {
-	for el := q.retained.Front(); el != nil; el = q.retained.Front() {
-		e := el.Value.(*entry)
-		over := q.cfg.MaxRetained == -1 || q.retained.Len() > q.cfg.MaxRetained
-		if !over && now.Before(e.job.FinishedAt.Add(q.cfg.Retention)) {
-			return
+// retainedValid reports whether e still names a terminal record finished at
+// e.finished.
+func (q *Queue) retainedValid(e retainedEnt) bool {
+	b := q.recs[e.slot]
+	if b == nil || !terminal(recState(b)) {
+		return false
+	}
+	r := decode(b)
+	return r.seq == e.seq && r.finished == e.finished
+}
+
+func (q *Queue) retainedCount() int {
+	return q.counts[cCompleted] + q.counts[cDead] + q.counts[cCancelled]
+}
+
+// prune drops terminal records past retention or beyond MaxRetained,
+// oldest finished first.
+func (q *Queue) prune(now int64) {
+	for q.rhead < len(q.retained) {
+		e := q.retained[q.rhead]
+		if q.retainedValid(e) {
+			over := q.cfg.MaxRetained == -1 || q.retainedCount() > q.cfg.MaxRetained
+			if !over && now < e.finished+int64(q.cfg.Retention) {
+				break
+			}
+			q.drop(e.slot)
 		}
-		q.retained.Remove(el)
-		q.counts[e.job.State]--
-		delete(q.jobs, e.job.ID)
-		if k := e.job.IdempotencyKey; k != "" && q.keys[k] == e.job.ID {
-			delete(q.keys, k)
-		}
+		q.rhead++
+	}
+	if q.rhead > 64 && q.rhead > len(q.retained)/2 {
+		q.retained = append(q.retained[:0:0], q.retained[q.rhead:]...)
+		q.rhead = 0
 	}
 }
+
+func (q *Queue) full() bool { return q.cfg.Capacity > 0 && q.active >= q.cfg.Capacity }
 
 // Enqueue implements [queue.Driver].
 func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job, error) {
@@ -452,48 +654,59 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	}
 	defer q.end(now)
 	if k := p.IdempotencyKey; k != "" {
-		if id, ok := q.keys[k]; ok {
-			return nil, &queue.DuplicateError{Key: k, ExistingID: id}
+		if slot, ok := q.keys[k]; ok {
+			return nil, &queue.DuplicateError{Key: k, ExistingID: uuid.UUID(q.load(slot).id).String()}
 		}
 	}
-	if q.cfg.Capacity > 0 && q.active >= q.cfg.Capacity {
+	if q.full() {
 		return nil, &queue.FullError{Capacity: q.cfg.Capacity}
 	}
-	q.seq++
-	e := &entry{seq: q.seq, readyIdx: -1, ageIdx: -1, timeIdx: -1}
-	e.job = queue.Job{
-		ID:              uuid.NewString(),
-		Priority:        p.Priority,
-		Version:         1,
-		Payload:         slices.Clone(p.Payload),
-		Metadata:        maps.Clone(p.Metadata),
-		Workflow:        p.Workflow,
-		WorkflowKey:     p.WorkflowKey,
-		Overrides:       slices.Clone(p.Overrides),
-		Requires:        slices.Clone(p.Requires),
-		Needs:           slices.Clone(p.Needs),
-		ExcludeBackends: slices.Clone(p.ExcludeBackends),
-		IdempotencyKey:  p.IdempotencyKey,
-		MaxAttempts:     max(p.MaxAttempts, 1),
-		EnqueuedAt:      now,
-		AvailableAt:     now,
-	}
-	q.jobs[e.job.ID] = e
-	if p.IdempotencyKey != "" {
-		q.keys[p.IdempotencyKey] = e.job.ID
-	}
-	q.active++
-	q.makeQueued(e)
-	return e.job.Clone(), nil
-}
-
-func accepts(b *bucket, p *queue.LeaseParams) bool {
-	for _, r := range b.requires {
-		if !slices.Contains(p.Tags, r) {
-			return false
+	var wb *wfBody
+	if p.WorkflowKey != "" {
+		if wb = q.bodies[p.WorkflowKey]; wb == nil {
+			return nil, fmt.Errorf("%w: workflow %q is not stored", queue.ErrNotFound, p.WorkflowKey)
 		}
 	}
-	return !slices.Contains(b.excludes, p.Backend) && b.meetsNeeds(p.Has)
+	q.arena = q.arena[:0]
+	q.seq++
+	q.last = max(q.last, now)
+	r := rec{
+		id: q.newID(), state: cQueued, version: 1, seq: q.seq, priority: int64(p.Priority),
+		workflow: q.syms.intern(p.Workflow), wfKey: q.syms.intern(p.WorkflowKey),
+		maxAtt: uint64(max(p.MaxAttempts, 1)), enq: q.last, avail: q.last,
+		idem: []byte(p.IdempotencyKey), overrides: p.Overrides, payload: p.Payload,
+	}
+	if len(p.Metadata) > 0 {
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range p.Metadata {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		r.meta = q.section(func(b []byte) []byte {
+			b = binary.AppendUvarint(b, uint64(len(keys)))
+			for _, k := range keys {
+				b = binary.AppendUvarint(b, uint64(q.syms.intern(k)))
+				b = putString(b, p.Metadata[k])
+			}
+			return b
+		})
+	}
+	r.requires = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.Requires)) })
+	r.needs = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.Needs)) })
+	r.excludes = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.ExcludeBackends)) })
+	slot := q.insert(&r)
+	if wb != nil {
+		q.ref(p.WorkflowKey, wb)
+	}
+	if p.IdempotencyKey != "" {
+		q.keys[p.IdempotencyKey] = slot
+	}
+	q.active++
+	r = q.load(slot)
+	q.makeQueued(slot, &r)
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Lease implements [queue.Driver].
@@ -503,73 +716,46 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 		return nil, err
 	}
 	defer q.end(now)
-	var best *entry
-	bestPref := false
-	// better orders bucket heads: priority, then PreferWorkflows, then age.
-	better := func(h *entry, pref bool) bool {
-		if best == nil {
-			return true
-		}
-		if h.job.Priority != best.job.Priority {
-			return h.job.Priority > best.job.Priority
-		}
-		if pref != bestPref {
-			return pref
-		}
-		return readyLess(h, best)
-	}
-	consider := func(w string, m map[string]*bucket) {
-		if slices.Contains(p.ExcludeWorkflows, w) {
-			return
-		}
-		pref := slices.Contains(p.PreferWorkflows, w)
-		for _, b := range m {
-			if h := b.h.peek(); h != nil && better(h, pref) && accepts(b, p) {
-				best, bestPref = h, pref
-			}
-		}
-	}
-	if p.Workflows == nil {
-		for w, m := range q.buckets {
-			consider(w, m)
-		}
-	} else {
-		for _, w := range p.Workflows {
-			consider(w, q.buckets[w])
-		}
-	}
-	if best == nil {
+	slot, ok := q.best(p)
+	if !ok {
 		return nil, nil
 	}
-	q.unqueue(best)
-	q.setState(best, queue.StateLeased)
-	best.job.LeasedBy = p.Backend
-	best.job.LeaseToken = uuid.NewString()
-	best.job.LeasedAt = now
-	best.job.LeaseExpiresAt = now.Add(p.Duration)
-	best.job.Version++
-	q.leased.push(best)
-	return best.job.Clone(), nil
+	old := q.load(slot)
+	q.unqueue(slot, &old)
+	q.arena = q.arena[:0]
+	nw := old
+	nw.state = cLeased
+	nw.leasedBy = q.syms.intern(p.Backend)
+	nw.token, nw.hasToken = q.newID(), true
+	nw.leasedAt, nw.expires = now, now+int64(p.Duration)
+	q.write(slot, &old, &nw, true)
+	q.leased.push(hent{k: nw.expires, slot: slot})
+	return q.toJob(q.recs[slot]), nil
 }
 
-// holder returns the entry leased under token.
-func (q *Queue) holder(id, token string) (*entry, error) {
-	e, err := q.find(id)
+// find returns the job's slot, or an error wrapping queue.ErrNotFound.
+func (q *Queue) find(id string) (uint32, error) {
+	if b, ok := parseID(id); ok {
+		if slot, ok := q.ids[b]; ok {
+			return slot, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+}
+
+// holder returns the slot and record leased under token.
+func (q *Queue) holder(id, token string) (uint32, rec, error) {
+	slot, err := q.find(id)
 	if err != nil {
-		return nil, err
+		return 0, rec{}, err
 	}
-	if e.job.State != queue.StateLeased || e.job.LeaseToken != token {
-		return nil, fmt.Errorf("%w: job %s is %s", queue.ErrLeaseLost, id, e.job.State)
+	r := q.load(slot)
+	t, ok := parseID(token)
+	if r.state != cLeased || !r.hasToken || !ok || t != r.token {
+		return 0, rec{}, fmt.Errorf("%w: job %s is %s", queue.ErrLeaseLost, id, stateCodes[r.state])
 	}
-	return e, nil
-}
-
-// find returns the job's entry or an error wrapping queue.ErrNotFound.
-func (q *Queue) find(id string) (*entry, error) {
-	if e := q.jobs[id]; e != nil {
-		return e, nil
-	}
-	return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+	q.arena = q.arena[:0]
+	return slot, r, nil
 }
 
 // Extend implements [queue.Driver].
@@ -579,14 +765,15 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.holder(id, token)
+	slot, old, err := q.holder(id, token)
 	if err != nil {
 		return nil, err
 	}
-	e.job.LeaseExpiresAt = now.Add(d)
-	e.job.Version++
-	q.leased.fix(e)
-	return e.job.Clone(), nil
+	nw := old
+	nw.expires = now + int64(d)
+	q.write(slot, &old, &nw, false)
+	q.leased.fix(slot, nw.expires)
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Begin implements [queue.Driver].
@@ -596,17 +783,21 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParam
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.holder(id, token)
+	slot, old, err := q.holder(id, token)
 	if err != nil {
 		return nil, err
 	}
-	q.closeAttempt(e, now, queue.ErrorSummary{Class: queue.ClassSuperseded}, false, false)
-	e.job.Attempts = append(e.job.Attempts, queue.Attempt{
-		Number: len(e.job.Attempts) + 1, Backend: cmp.Or(p.Backend, e.job.LeasedBy),
-		PromptID: p.PromptID, StartedAt: now,
-	})
-	e.job.Version++
-	return e.job.Clone(), nil
+	nw := old
+	q.closeAttempt(&nw, now, queue.ClassSuperseded, queue.ErrorSummary{}, false, false)
+	a := attempt{backend: nw.leasedBy, promptID: []byte(p.PromptID), started: now}
+	if p.Backend != "" {
+		a.backend = q.syms.intern(p.Backend)
+	}
+	prev := nw.attempts
+	nw.attempts = q.section(func(b []byte) []byte { return a.encode(append(b, prev...), nw.enq) })
+	nw.nAtt++
+	q.write(slot, &old, &nw, true)
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Complete implements [queue.Driver].
@@ -616,16 +807,20 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.holder(id, token)
+	slot, old, err := q.holder(id, token)
 	if err != nil {
 		return nil, err
 	}
-	q.leased.remove(e)
-	q.closeAttempt(e, now, queue.ErrorSummary{}, true, true)
-	e.job.Version++
-	e.job.Result = slices.Clone(result)
-	q.finish(e, queue.StateCompleted, now)
-	return e.job.Clone(), nil
+	q.leased.remove(slot)
+	nw := old
+	q.closeAttempt(&nw, now, queue.ClassNone, queue.ErrorSummary{}, true, true)
+	nw.state, nw.finished, nw.hasToken, nw.expires = cCompleted, now, false, 0
+	nw.result = result
+	q.write(slot, &old, &nw, true)
+	q.finished(slot, &nw, now)
+	j := q.toJob(q.recs[slot])
+	q.prune(now)
+	return j, nil
 }
 
 // Fail implements [queue.Driver].
@@ -635,46 +830,50 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.holder(id, token)
+	slot, old, err := q.holder(id, token)
 	if err != nil {
 		return nil, err
 	}
-	q.leased.remove(e)
-	q.closeAttempt(e, now, p.Error, true, true)
-	e.job.Version++
-	backend := e.job.Attempts[len(e.job.Attempts)-1].Backend
-	if p.ExcludeBackend && backend != "" && !slices.Contains(e.job.ExcludeBackends, backend) {
-		e.job.ExcludeBackends = append(slices.Clone(e.job.ExcludeBackends), backend)
-		slices.Sort(e.job.ExcludeBackends)
+	q.leased.remove(slot)
+	nw := old
+	backend := q.closeAttempt(&nw, now, p.Error.Class, p.Error, true, true)
+	if p.ExcludeBackend && backend != 0 {
+		ex := symList(nw.excludes)
+		name := q.syms.str(backend)
+		i, found := slices.BinarySearchFunc(ex, name, func(s uint32, name string) int { return cmp.Compare(q.syms.str(s), name) })
+		if !found {
+			ex = slices.Insert(ex, i, backend)
+			nw.excludes = q.section(func(b []byte) []byte { return encodeSymList(b, ex) })
+		}
 	}
-	setNeeds(e, p.Needs)
+	q.setNeeds(&nw, p.Needs)
+	nw.hasToken, nw.expires = false, 0
 	switch {
-	case p.NoRetry || e.job.AttemptsUsed >= e.job.MaxAttempts:
-		e.job.Error = p.Error
-		q.finish(e, queue.StateDead, now)
+	case p.NoRetry || nw.used >= nw.maxAtt:
+		nw.state, nw.finished = cDead, now
+		nw.errsec = q.errSection(p.Error)
+		q.write(slot, &old, &nw, true)
+		q.finished(slot, &nw, now)
+		j := q.toJob(q.recs[slot])
+		q.prune(now)
+		return j, nil
 	case p.RetryAfter > 0:
-		q.clearLease(e)
-		e.job.AvailableAt = now.Add(p.RetryAfter)
-		q.setState(e, queue.StateRetrying)
-		q.delayed.push(e)
+		nw.state, nw.avail = cRetrying, now+int64(p.RetryAfter)
+		q.write(slot, &old, &nw, true)
+		q.delayed.push(hent{k: nw.avail, slot: slot})
 	default:
-		q.clearLease(e)
-		e.job.AvailableAt = now
-		q.makeQueued(e)
+		nw.state, nw.avail = cQueued, now
+		q.write(slot, &old, &nw, true)
+		q.makeQueued(slot, &nw)
 	}
-	return e.job.Clone(), nil
+	return q.toJob(q.recs[slot]), nil
 }
 
-// setNeeds replaces e's Needs when needs is not nil. e is in no bucket.
-func setNeeds(e *entry, needs []string) {
-	if needs == nil {
-		return
+// setNeeds replaces r's Needs when needs is not nil.
+func (q *Queue) setNeeds(r *rec, needs []string) {
+	if needs != nil {
+		r.needs = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(needs)) })
 	}
-	if len(needs) == 0 {
-		e.job.Needs = nil
-		return
-	}
-	e.job.Needs = slices.Clone(needs)
 }
 
 // Requeue implements [queue.Driver].
@@ -684,18 +883,18 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.holder(id, token)
+	slot, old, err := q.holder(id, token)
 	if err != nil {
 		return nil, err
 	}
-	q.leased.remove(e)
-	q.closeAttempt(e, now, p.Error, false, false)
-	e.job.Version++
-	q.clearLease(e)
-	setNeeds(e, p.Needs)
-	e.job.AvailableAt = now
-	q.makeQueued(e)
-	return e.job.Clone(), nil
+	q.leased.remove(slot)
+	nw := old
+	q.closeAttempt(&nw, now, p.Error.Class, p.Error, false, false)
+	q.setNeeds(&nw, p.Needs)
+	nw.state, nw.avail, nw.hasToken, nw.expires = cQueued, now, false, 0
+	q.write(slot, &old, &nw, true)
+	q.makeQueued(slot, &nw)
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Cancel implements [queue.Driver].
@@ -705,28 +904,62 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.find(id)
+	slot, err := q.find(id)
 	if err != nil {
 		return nil, err
 	}
-	switch e.job.State {
-	case queue.StateQueued:
-		q.unqueue(e)
-	case queue.StateRetrying:
-		q.delayed.remove(e)
-	case queue.StateLeased:
-		q.leased.remove(e)
-		q.closeAttempt(e, now, queue.ErrorSummary{Class: queue.ClassCancelled, Message: p.Error.Message}, false, false)
-	case queue.StateCancelled:
-		return e.job.Clone(), nil
+	old := q.load(slot)
+	q.arena = q.arena[:0]
+	nw := old
+	switch old.state {
+	case cQueued:
+		q.unqueue(slot, &old)
+	case cRetrying:
+		q.delayed.remove(slot)
+	case cLeased:
+		q.leased.remove(slot)
+		why := p.Error
+		why.Class = queue.ClassCancelled
+		q.closeAttempt(&nw, now, why.Class, why, false, false)
+	case cCancelled:
+		return q.toJob(q.recs[slot]), nil
 	default:
-		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, e.job.State)
+		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
 	}
-	e.job.Error = p.Error
-	e.job.Version++
-	q.finish(e, queue.StateCancelled, now)
+	nw.state, nw.finished, nw.hasToken, nw.expires = cCancelled, now, false, 0
+	nw.errsec = q.errSection(p.Error)
+	q.write(slot, &old, &nw, true)
+	q.finished(slot, &nw, now)
+	j := q.toJob(q.recs[slot])
+	q.prune(now)
 	q.signalReady()
-	return e.job.Clone(), nil
+	return j, nil
+}
+
+// Retry implements [queue.Driver].
+func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
+	now, err := q.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer q.end(now)
+	slot, err := q.find(id)
+	if err != nil {
+		return nil, err
+	}
+	old := q.load(slot)
+	if old.state != cDead && old.state != cCancelled {
+		return nil, fmt.Errorf("%w: cannot retry job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
+	}
+	if q.full() {
+		return nil, &queue.FullError{Capacity: q.cfg.Capacity}
+	}
+	nw := old
+	nw.state, nw.used, nw.finished, nw.avail, nw.errsec = cQueued, 0, 0, now, nil
+	q.write(slot, &old, &nw, true)
+	q.active++
+	q.makeQueued(slot, &nw)
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Get implements [queue.Driver].
@@ -736,11 +969,11 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 		return nil, err
 	}
 	defer q.end(now)
-	e, err := q.find(id)
+	slot, err := q.find(id)
 	if err != nil {
 		return nil, err
 	}
-	return e.job.Clone(), nil
+	return q.toJob(q.recs[slot]), nil
 }
 
 // Stats implements [queue.Driver].
@@ -751,16 +984,27 @@ func (q *Queue) Stats(ctx context.Context) (*queue.Stats, error) {
 	}
 	defer q.end(now)
 	s := &queue.Stats{
-		Queued:    q.counts[queue.StateQueued],
-		Leased:    q.counts[queue.StateLeased],
-		Retrying:  q.counts[queue.StateRetrying],
-		Completed: q.counts[queue.StateCompleted],
-		Dead:      q.counts[queue.StateDead],
-		Cancelled: q.counts[queue.StateCancelled],
+		Queued:    q.counts[cQueued],
+		Leased:    q.counts[cLeased],
+		Retrying:  q.counts[cRetrying],
+		Completed: q.counts[cCompleted],
+		Dead:      q.counts[cDead],
+		Cancelled: q.counts[cCancelled],
 		Capacity:  max(q.cfg.Capacity, 0),
 	}
-	if e := q.age.peek(); e != nil {
-		s.OldestQueuedAge = now.Sub(e.job.EnqueuedAt)
+	// Within a bucket jobs run oldest first, so the oldest queued job heads
+	// one of them.
+	var oldest uint64
+	for _, w := range q.wfs {
+		for _, b := range w.m {
+			if e, ok := b.h.peek(); ok && (oldest == 0 || uint64(e.k) < oldest) {
+				oldest = uint64(e.k)
+			}
+		}
+	}
+	if oldest != 0 {
+		slot, _ := q.seqs.get(oldest)
+		s.OldestQueuedAge = time.Duration(now - q.load(slot).enq)
 	}
 	return s, nil
 }

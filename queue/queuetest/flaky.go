@@ -2,6 +2,8 @@ package queuetest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -21,8 +23,18 @@ const (
 	OpFail     Op = "Fail"
 	OpRequeue  Op = "Requeue"
 	OpCancel   Op = "Cancel"
+	OpRetry    Op = "Retry"
 	OpGet      Op = "Get"
+	OpList     Op = "List"
+	OpPurge    Op = "Purge"
 	OpStats    Op = "Stats"
+
+	OpPutWorkflow    Op = "PutWorkflow"
+	OpGetWorkflow    Op = "GetWorkflow"
+	OpPurgeWorkflows Op = "PurgeWorkflows"
+	OpSetPaused      Op = "SetPaused"
+	OpPaused         Op = "Paused"
+	OpSubscribe      Op = "Subscribe"
 )
 
 // Fault is one injected failure of a Flaky driver.
@@ -41,8 +53,9 @@ type Fault struct {
 // makes the next calls of a method fail. Calls with no fault pending go to
 // the wrapped driver unchanged, so a Flaky with no faults passes the
 // conformance suite. It passes [queue.Notifier] through (Ready returns nil
-// when the wrapped driver has none: the caller then polls). Flaky is safe for
-// concurrent use.
+// when the wrapped driver has none: the caller then polls) and
+// [queue.Watcher] (an error matching errors.ErrUnsupported when the
+// wrapped driver has none). Flaky is safe for concurrent use.
 type Flaky struct {
 	d queue.Driver
 
@@ -51,7 +64,10 @@ type Flaky struct {
 	calls  map[Op]int
 }
 
-var _ queue.Notifier = (*Flaky)(nil)
+var (
+	_ queue.Notifier = (*Flaky)(nil)
+	_ queue.Watcher  = (*Flaky)(nil)
+)
 
 // NewFlaky returns a Flaky over d. Closing the Flaky closes d.
 func NewFlaky(d queue.Driver) *Flaky {
@@ -143,6 +159,68 @@ func (f *Flaky) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 // Cancel implements queue.Driver.
 func (f *Flaky) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*queue.Job, error) {
 	return call(f, OpCancel, func() (*queue.Job, error) { return f.d.Cancel(ctx, id, p) })
+}
+
+// Retry implements queue.Driver.
+func (f *Flaky) Retry(ctx context.Context, id string) (*queue.Job, error) {
+	return call(f, OpRetry, func() (*queue.Job, error) { return f.d.Retry(ctx, id) })
+}
+
+// List implements queue.Driver.
+func (f *Flaky) List(ctx context.Context, p *queue.ListParams) (*queue.ListPage, error) {
+	return call(f, OpList, func() (*queue.ListPage, error) { return f.d.List(ctx, p) })
+}
+
+// Purge implements queue.Driver.
+func (f *Flaky) Purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
+	return call(f, OpPurge, func() (int, error) { return f.d.Purge(ctx, p) })
+}
+
+// PutWorkflow implements queue.Driver.
+func (f *Flaky) PutWorkflow(ctx context.Context, key string, body []byte) error {
+	_, err := call(f, OpPutWorkflow, func() (struct{}, error) { return struct{}{}, f.d.PutWorkflow(ctx, key, body) })
+	return err
+}
+
+// GetWorkflow implements queue.Driver.
+func (f *Flaky) GetWorkflow(ctx context.Context, key string) ([]byte, error) {
+	return call(f, OpGetWorkflow, func() ([]byte, error) { return f.d.GetWorkflow(ctx, key) })
+}
+
+// PurgeWorkflows implements queue.Driver.
+func (f *Flaky) PurgeWorkflows(ctx context.Context, storedBefore time.Time) (int, error) {
+	return call(f, OpPurgeWorkflows, func() (int, error) { return f.d.PurgeWorkflows(ctx, storedBefore) })
+}
+
+// SetPaused implements queue.Driver.
+func (f *Flaky) SetPaused(ctx context.Context, s queue.PauseScope, paused bool) error {
+	_, err := call(f, OpSetPaused, func() (struct{}, error) { return struct{}{}, f.d.SetPaused(ctx, s, paused) })
+	return err
+}
+
+// Paused implements queue.Driver.
+func (f *Flaky) Paused(ctx context.Context) ([]queue.PauseScope, error) {
+	return call(f, OpPaused, func() ([]queue.PauseScope, error) { return f.d.Paused(ctx) })
+}
+
+// Subscribe implements queue.Watcher when the wrapped driver does; else it
+// returns an error matching errors.ErrUnsupported. A fault on
+// OpSubscribe fails the call (Applied: the subscription is made and ended).
+func (f *Flaky) Subscribe(ctx context.Context, buffer int) (<-chan queue.Change, func(), error) {
+	w, ok := f.d.(queue.Watcher)
+	if !ok {
+		return nil, nil, fmt.Errorf("queuetest: the wrapped driver has no change feed: %w", errors.ErrUnsupported)
+	}
+	fault, faulty := f.next(OpSubscribe)
+	if !faulty {
+		return w.Subscribe(ctx, buffer)
+	}
+	if fault.Applied {
+		if _, stop, err := w.Subscribe(ctx, buffer); err == nil {
+			stop()
+		}
+	}
+	return nil, nil, fault.Err
 }
 
 // Get implements queue.Driver.

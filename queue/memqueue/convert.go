@@ -1,0 +1,83 @@
+package memqueue
+
+import (
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// toJob decodes an encoded record into a fresh queue.Job: the only way a
+// record leaves the Queue. Byte slices and maps are new; strings are
+// immutable and may be shared.
+func (q *Queue) toJob(b []byte) *queue.Job {
+	r := decode(b)
+	j := &queue.Job{
+		ID:              uuid.UUID(r.id).String(),
+		Version:         r.version,
+		State:           stateCodes[r.state],
+		Priority:        int(r.priority),
+		Workflow:        q.syms.str(r.workflow),
+		WorkflowKey:     q.syms.str(r.wfKey),
+		Overrides:       cloneBytes(r.overrides),
+		Payload:         cloneBytes(r.payload),
+		Requires:        q.strs(symList(r.requires)),
+		Needs:           q.strs(symList(r.needs)),
+		ExcludeBackends: q.strs(symList(r.excludes)),
+		IdempotencyKey:  string(r.idem),
+		MaxAttempts:     int(r.maxAtt),
+		AttemptsUsed:    int(r.used),
+		EnqueuedAt:      fromNanos(r.enq),
+		AvailableAt:     fromNanos(r.avail),
+		LeasedAt:        fromNanos(r.leasedAt),
+		LeaseExpiresAt:  fromNanos(r.expires),
+		FinishedAt:      fromNanos(r.finished),
+		LeasedBy:        q.syms.str(r.leasedBy),
+		Result:          cloneBytes(r.result),
+		Error:           q.errOf(decodeErr(r.errsec)),
+	}
+	if r.hasToken {
+		j.LeaseToken = uuid.UUID(r.token).String()
+	}
+	if len(r.meta) > 0 {
+		d := reader{b: r.meta}
+		n := d.uvarint()
+		j.Metadata = make(map[string]string, n)
+		for ; n > 0; n-- {
+			k := q.syms.str(d.sym())
+			j.Metadata[k] = string(d.bytes())
+		}
+	}
+	if r.nAtt > 0 {
+		list := r.attemptList()
+		j.Attempts = make([]queue.Attempt, len(list))
+		for i, a := range list {
+			j.Attempts[i] = queue.Attempt{
+				Number:    i + 1,
+				Backend:   q.syms.str(a.backend),
+				PromptID:  string(a.promptID),
+				StartedAt: fromNanos(a.started),
+				EndedAt:   fromNanos(a.ended),
+				Class:     q.syms.str(a.class),
+				Error:     q.errOf(errSummary{class: a.errClass, message: a.message, nodeID: a.nodeID, nodeType: a.nodeType}),
+				Counted:   a.counted,
+			}
+		}
+	}
+	return j
+}
+
+func (q *Queue) errOf(e errSummary) queue.ErrorSummary {
+	return queue.ErrorSummary{
+		Class: q.syms.str(e.class), Message: string(e.message),
+		NodeID: string(e.nodeID), NodeType: q.syms.str(e.nodeType),
+	}
+}
+
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return slices.Clone(b)
+}

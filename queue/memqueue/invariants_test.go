@@ -1,0 +1,135 @@
+package memqueue
+
+import (
+	"fmt"
+)
+
+// checkInvariants recomputes what the Queue derives from its records and
+// compares: the ID, sequence and idempotency maps, the counts and every
+// index, heap membership by state, symbol reference counts and workflow
+// body references. Tests call it after random operations.
+func (q *Queue) checkInvariants() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var counts [nStates]int
+	refs := map[uint32]uint32{}
+	bodyRefs := map[string]int{}
+	backendRefs := map[uint32]int{}
+	live := 0
+	inHeap := map[uint32]bool{}
+	for _, w := range q.wfs {
+		for _, b := range w.m {
+			if b.h.len() == 0 {
+				return fmt.Errorf("empty bucket kept")
+			}
+			for i, e := range b.h.items {
+				inHeap[e.slot] = true
+				if q.pos[e.slot] != int32(i) {
+					return fmt.Errorf("slot %d: pos %d, at %d", e.slot, q.pos[e.slot], i)
+				}
+			}
+		}
+	}
+	for slot, b := range q.recs {
+		if b == nil {
+			continue
+		}
+		live++
+		r := decode(b)
+		if q.ids[r.id] != uint32(slot) {
+			return fmt.Errorf("slot %d: ids map", slot)
+		}
+		if s, ok := q.seqs.get(r.seq); !ok || s != uint32(slot) {
+			return fmt.Errorf("slot %d: seqs map", slot)
+		}
+		counts[r.state]++
+		if !q.byState[r.state].has(r.seq) || !q.all.has(r.seq) {
+			return fmt.Errorf("slot %d: state index", slot)
+		}
+		for c := range nStates {
+			if c != r.state && q.byState[c].has(r.seq) {
+				return fmt.Errorf("slot %d: in state index %d too", slot, c)
+			}
+		}
+		if !q.byWorkflow[r.workflow].has(r.seq) {
+			return fmt.Errorf("slot %d: workflow index", slot)
+		}
+		for _, be := range backendsOf(&r) {
+			if !q.byBackend[be].has(r.seq) {
+				return fmt.Errorf("slot %d: backend index", slot)
+			}
+			backendRefs[be]++
+		}
+		switch r.state {
+		case cQueued:
+			if !inHeap[uint32(slot)] {
+				return fmt.Errorf("slot %d: queued but in no bucket", slot)
+			}
+		case cLeased:
+			if p := q.pos[slot]; p < 0 || q.leased.items[p].slot != uint32(slot) || q.leased.items[p].k != r.expires {
+				return fmt.Errorf("slot %d: leased but not in the lease heap", slot)
+			}
+		case cRetrying:
+			if p := q.pos[slot]; p < 0 || q.delayed.items[p].slot != uint32(slot) || q.delayed.items[p].k != r.avail {
+				return fmt.Errorf("slot %d: retrying but not in the delay heap", slot)
+			}
+		default:
+			if q.pos[slot] != -1 {
+				return fmt.Errorf("slot %d: terminal but in a heap", slot)
+			}
+		}
+		if r.hasToken != (r.state == cLeased) {
+			return fmt.Errorf("slot %d: token in state %d", slot, r.state)
+		}
+		r.eachSym(func(s uint32) {
+			if s != 0 {
+				refs[s]++
+			}
+		})
+		if r.wfKey != 0 {
+			bodyRefs[q.syms.str(r.wfKey)]++
+		}
+		if k := string(r.idem); k != "" && q.keys[k] != uint32(slot) {
+			return fmt.Errorf("slot %d: idempotency key", slot)
+		}
+	}
+	if live != len(q.ids) || counts != q.counts || q.all.len() != live {
+		return fmt.Errorf("live %d, ids %d, all %d, counts %v vs %v", live, len(q.ids), q.all.len(), counts, q.counts)
+	}
+	if len(q.keys) > live {
+		return fmt.Errorf("%d idempotency keys for %d records", len(q.keys), live)
+	}
+	active := counts[cQueued] + counts[cLeased] + counts[cRetrying]
+	if active != q.active {
+		return fmt.Errorf("active %d, want %d", q.active, active)
+	}
+	if len(refs) != len(q.syms.ids) {
+		return fmt.Errorf("%d symbols referenced, %d interned", len(refs), len(q.syms.ids))
+	}
+	for s, n := range refs {
+		if q.syms.refs[s] != n {
+			return fmt.Errorf("symbol %q: %d refs, counted %d", q.syms.str(s), q.syms.refs[s], n)
+		}
+	}
+	for k, b := range q.bodies {
+		if b.refs != bodyRefs[k] {
+			return fmt.Errorf("workflow %q: %d refs, counted %d", k, b.refs, bodyRefs[k])
+		}
+		if _, unused := q.unused[k]; unused != (b.refs == 0) {
+			return fmt.Errorf("workflow %q: unused set", k)
+		}
+	}
+	for be, s := range q.byBackend {
+		if s.len() != backendRefs[be] {
+			return fmt.Errorf("backend %q: %d indexed, %d records", q.syms.str(be), s.len(), backendRefs[be])
+		}
+	}
+	for _, idx := range []map[uint32]*seqset{q.byWorkflow, q.byWfKey, q.byBackend} {
+		for _, s := range idx {
+			if s.len() == 0 {
+				return fmt.Errorf("empty index set kept")
+			}
+		}
+	}
+	return nil
+}

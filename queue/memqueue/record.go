@@ -1,0 +1,420 @@
+package memqueue
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// A job record is stored only in this encoded form, the way a database row
+// would be: every read decodes a fresh queue.Job, so nothing is shared
+// between the callers (two pools on one Queue see each other's writes only
+// through the encoding). Layout, version 1:
+//
+//	[0]      format (1)
+//	[1:17]   job ID (a UUID's 16 bytes)
+//	[17]     state code (see stateCodes)
+//	[18]     flags: bit 0 set when a lease token follows the varints
+//	uvarint  version, seq
+//	varint   priority
+//	uvarint  symbols: workflow, workflow key, leased by
+//	uvarint  max attempts, attempts used, number of attempt records
+//	varint   enqueued at (Unix nanoseconds)
+//	uvarint  available at, leased at, lease expires at, finished at:
+//	         0 for the zero time, else zigzag(t - enqueued at) + 1
+//	[16]     lease token, when flag bit 0
+//	then ten sections, each a uvarint length and its bytes:
+//	  idempotency key; overrides; payload;
+//	  metadata: uvarint n, then n × (key symbol, uvarint length, value);
+//	  requires, needs, exclude backends: uvarint n, then n symbols;
+//	  result;
+//	  error (empty when zero): class symbol, message, node id, node type symbol;
+//	  attempts: for each, backend symbol, prompt id, started, ended (times
+//	    as above), class symbol, error class symbol, message, node id,
+//	    node type symbol, counted byte.
+//
+// Strings that repeat across jobs are symbols of the Queue's symtab;
+// messages, values and ids are inline (uvarint length and bytes). A queued
+// job over a stored template with no metadata takes about 50 bytes plus
+// its overrides and payload.
+const recFormat = 1
+
+const flagToken = 1
+
+var stateCodes = [...]queue.State{
+	queue.StateQueued, queue.StateLeased, queue.StateRetrying,
+	queue.StateCompleted, queue.StateDead, queue.StateCancelled,
+}
+
+const (
+	cQueued uint8 = iota
+	cLeased
+	cRetrying
+	cCompleted
+	cDead
+	cCancelled
+	nStates
+)
+
+func stateCode(s queue.State) uint8 {
+	for i, x := range stateCodes {
+		if x == s {
+			return uint8(i)
+		}
+	}
+	panic(fmt.Sprintf("memqueue: unknown state %q", s))
+}
+
+func terminal(c uint8) bool { return c >= cCompleted }
+
+// rec is a decoded record header whose sections alias the encoded bytes
+// (or, for a section a write replaces, fresh bytes): decoding one costs no
+// allocation, and a write copies the sections it does not change.
+type rec struct {
+	id       [16]byte
+	state    uint8
+	version  uint64
+	seq      uint64
+	priority int64
+	workflow uint32
+	wfKey    uint32
+	leasedBy uint32
+	maxAtt   uint64
+	used     uint64
+	nAtt     uint64
+	enq      int64
+	avail    int64 // Unix nanoseconds; 0 is the zero time
+	leasedAt int64
+	expires  int64
+	finished int64
+	token    [16]byte
+	hasToken bool
+
+	idem, overrides, payload, meta, requires, needs, excludes, result, errsec, attempts []byte
+}
+
+func (r *rec) sections() []*[]byte {
+	return []*[]byte{&r.idem, &r.overrides, &r.payload, &r.meta, &r.requires, &r.needs, &r.excludes, &r.result, &r.errsec, &r.attempts}
+}
+
+func putTime(b []byte, t, base int64) []byte {
+	if t == 0 {
+		return binary.AppendUvarint(b, 0)
+	}
+	d := t - base
+	return binary.AppendUvarint(b, uint64(d<<1^d>>63)+1)
+}
+
+func putBytes(b, s []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func putString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// encode appends r's encoding to b.
+func (r *rec) encode(b []byte) []byte {
+	b = append(b, recFormat)
+	b = append(b, r.id[:]...)
+	var flags byte
+	if r.hasToken {
+		flags |= flagToken
+	}
+	b = append(b, r.state, flags)
+	b = binary.AppendUvarint(b, r.version)
+	b = binary.AppendUvarint(b, r.seq)
+	b = binary.AppendVarint(b, r.priority)
+	b = binary.AppendUvarint(b, uint64(r.workflow))
+	b = binary.AppendUvarint(b, uint64(r.wfKey))
+	b = binary.AppendUvarint(b, uint64(r.leasedBy))
+	b = binary.AppendUvarint(b, r.maxAtt)
+	b = binary.AppendUvarint(b, r.used)
+	b = binary.AppendUvarint(b, r.nAtt)
+	b = binary.AppendVarint(b, r.enq)
+	for _, t := range [...]int64{r.avail, r.leasedAt, r.expires, r.finished} {
+		b = putTime(b, t, r.enq)
+	}
+	if r.hasToken {
+		b = append(b, r.token[:]...)
+	}
+	for _, s := range r.sections() {
+		b = putBytes(b, *s)
+	}
+	return b
+}
+
+// reader decodes what encode wrote. The bytes are the Queue's own, so a
+// malformed record is a bug: it panics.
+type reader struct {
+	b []byte
+	i int
+}
+
+func (d *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b[d.i:])
+	if n <= 0 {
+		panic("memqueue: corrupt record")
+	}
+	d.i += n
+	return v
+}
+
+func (d *reader) varint() int64 {
+	v, n := binary.Varint(d.b[d.i:])
+	if n <= 0 {
+		panic("memqueue: corrupt record")
+	}
+	d.i += n
+	return v
+}
+
+func (d *reader) sym() uint32 { return uint32(d.uvarint()) }
+
+func (d *reader) time(base int64) int64 {
+	v := d.uvarint()
+	if v == 0 {
+		return 0
+	}
+	v--
+	return base + (int64(v>>1) ^ -int64(v&1))
+}
+
+func (d *reader) bytes() []byte {
+	n := int(d.uvarint())
+	s := d.b[d.i : d.i+n : d.i+n]
+	d.i += n
+	return s
+}
+
+func (d *reader) fixed(n int) []byte {
+	s := d.b[d.i : d.i+n]
+	d.i += n
+	return s
+}
+
+func (d *reader) done() bool { return d.i >= len(d.b) }
+
+// decode decodes a record; its sections alias b.
+func decode(b []byte) rec {
+	if len(b) < 19 || b[0] != recFormat {
+		panic("memqueue: corrupt record")
+	}
+	var r rec
+	copy(r.id[:], b[1:17])
+	r.state = b[17]
+	flags := b[18]
+	d := reader{b: b, i: 19}
+	r.version = d.uvarint()
+	r.seq = d.uvarint()
+	r.priority = d.varint()
+	r.workflow = d.sym()
+	r.wfKey = d.sym()
+	r.leasedBy = d.sym()
+	r.maxAtt = d.uvarint()
+	r.used = d.uvarint()
+	r.nAtt = d.uvarint()
+	r.enq = d.varint()
+	r.avail = d.time(r.enq)
+	r.leasedAt = d.time(r.enq)
+	r.expires = d.time(r.enq)
+	r.finished = d.time(r.enq)
+	if flags&flagToken != 0 {
+		copy(r.token[:], d.fixed(16))
+		r.hasToken = true
+	}
+	for _, s := range r.sections() {
+		*s = d.bytes()
+	}
+	return r
+}
+
+// recState returns a record's state code without decoding it.
+func recState(b []byte) uint8 { return b[17] }
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// attempt is a decoded attempt record.
+type attempt struct {
+	backend         uint32
+	promptID        []byte
+	started, ended  int64
+	class           uint32
+	errClass        uint32
+	message, nodeID []byte
+	nodeType        uint32
+	counted         bool
+}
+
+func (a *attempt) encode(b []byte, base int64) []byte {
+	b = binary.AppendUvarint(b, uint64(a.backend))
+	b = putBytes(b, a.promptID)
+	b = putTime(b, a.started, base)
+	b = putTime(b, a.ended, base)
+	b = binary.AppendUvarint(b, uint64(a.class))
+	b = binary.AppendUvarint(b, uint64(a.errClass))
+	b = putBytes(b, a.message)
+	b = putBytes(b, a.nodeID)
+	b = binary.AppendUvarint(b, uint64(a.nodeType))
+	if a.counted {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func (d *reader) attempt(base int64) attempt {
+	var a attempt
+	a.backend = d.sym()
+	a.promptID = d.bytes()
+	a.started = d.time(base)
+	a.ended = d.time(base)
+	a.class = d.sym()
+	a.errClass = d.sym()
+	a.message = d.bytes()
+	a.nodeID = d.bytes()
+	a.nodeType = d.sym()
+	a.counted = d.fixed(1)[0] == 1
+	return a
+}
+
+// attempts decodes r's attempt records.
+func (r *rec) attemptList() []attempt {
+	out := make([]attempt, 0, r.nAtt)
+	d := reader{b: r.attempts}
+	for !d.done() {
+		out = append(out, d.attempt(r.enq))
+	}
+	return out
+}
+
+// errSummary is a decoded error section.
+type errSummary struct {
+	class, nodeType uint32
+	message, nodeID []byte
+}
+
+func (e *errSummary) encode(b []byte) []byte {
+	if e.class == 0 && e.nodeType == 0 && len(e.message) == 0 && len(e.nodeID) == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(e.class))
+	b = putBytes(b, e.message)
+	b = putBytes(b, e.nodeID)
+	return binary.AppendUvarint(b, uint64(e.nodeType))
+}
+
+func decodeErr(b []byte) errSummary {
+	if len(b) == 0 {
+		return errSummary{}
+	}
+	d := reader{b: b}
+	var e errSummary
+	e.class = d.sym()
+	e.message = d.bytes()
+	e.nodeID = d.bytes()
+	e.nodeType = d.sym()
+	return e
+}
+
+// symList decodes a requires, needs or excludes section.
+func symList(b []byte) []uint32 {
+	if len(b) == 0 {
+		return nil
+	}
+	d := reader{b: b}
+	n := d.uvarint()
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = d.sym()
+	}
+	return out
+}
+
+func encodeSymList(b []byte, syms []uint32) []byte {
+	if len(syms) == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(syms)))
+	for _, s := range syms {
+		b = binary.AppendUvarint(b, uint64(s))
+	}
+	return b
+}
+
+// eachSym calls fn for every symbol r holds (once per occurrence), for
+// reference counting.
+func (r *rec) eachSym(fn func(uint32)) {
+	fn(r.workflow)
+	fn(r.wfKey)
+	fn(r.leasedBy)
+	eachSectionSym(r, secMeta, r.meta, fn)
+	for _, s := range [...][]byte{r.requires, r.needs, r.excludes} {
+		eachSectionSym(r, secList, s, fn)
+	}
+	eachSectionSym(r, secErr, r.errsec, fn)
+	eachSectionSym(r, secAttempts, r.attempts, fn)
+}
+
+type section int
+
+const (
+	secMeta section = iota
+	secList
+	secErr
+	secAttempts
+)
+
+func eachSectionSym(r *rec, kind section, b []byte, fn func(uint32)) {
+	if len(b) == 0 {
+		return
+	}
+	d := reader{b: b}
+	switch kind {
+	case secMeta:
+		for n := d.uvarint(); n > 0; n-- {
+			fn(d.sym())
+			d.bytes()
+		}
+	case secList:
+		for n := d.uvarint(); n > 0; n-- {
+			fn(d.sym())
+		}
+	case secErr:
+		e := decodeErr(b)
+		fn(e.class)
+		fn(e.nodeType)
+	case secAttempts:
+		for !d.done() {
+			a := d.attempt(r.enq)
+			fn(a.backend)
+			fn(a.class)
+			fn(a.errClass)
+			fn(a.nodeType)
+		}
+	}
+}
+
+// sameBytes reports whether a and b are the same slice (same array, same
+// length): an unchanged section.
+func sameBytes(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
+}
