@@ -1,7 +1,10 @@
 package memqueue_test
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -96,5 +99,91 @@ func BenchmarkLeaseNeedsSkew(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkMillion is the issue's scale check for the in-memory driver:
+// 1,000,000 jobs over one stored template, each with its own 32 bytes of
+// overrides, through queue.Queue. It reports the live heap the queued jobs
+// cost (after GC, per job, overrides included: the target is 200 bytes
+// plus the overrides), the enqueue time per job, and the time to lease
+// and complete them all, in wall-clock and in CPU time (the process's,
+// GC included: the better measure on a shared machine). Run it alone: go test -run '^$' -bench Million
+// -benchtime 1x ./queue/memqueue.
+func BenchmarkMillion(b *testing.B) {
+	const n = 1_000_000
+	const overrides = 32
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		d, err := memqueue.New(&memqueue.Config{Capacity: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		q := queue.New(d)
+		ctx := context.Background()
+		if err := q.PutWorkflow(ctx, "sha256:template", make([]byte, 4096)); err != nil {
+			b.Fatal(err)
+		}
+		p := queue.EnqueueParams{Workflow: "structure-hash", WorkflowKey: "sha256:template", Payload: []byte(`{"t":60}`)}
+		start, cpu := time.Now(), cpuTime()
+		for i := range n {
+			o := make([]byte, overrides)
+			binary.LittleEndian.PutUint64(o, uint64(i))
+			p.Overrides = o
+			if _, err := q.Enqueue(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		enqueue, enqueueCPU := time.Since(start), cpuTime()-cpu
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perJob := float64(after.HeapAlloc-before.HeapAlloc) / n
+		lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
+		start, cpu = time.Now(), cpuTime()
+		for range n {
+			j, err := q.Lease(ctx, lp)
+			if err != nil || j == nil {
+				b.Fatal(j, err)
+			}
+			if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		settle, settleCPU := time.Since(start), cpuTime()-cpu
+		b.ReportMetric(perJob, "heap-B/queued-job")
+		b.ReportMetric(perJob-overrides-float64(len(p.Payload)), "heap-B/job-beyond-overrides+payload")
+		b.ReportMetric(float64(enqueue.Nanoseconds())/n, "enqueue-ns/job")
+		b.ReportMetric(float64(enqueueCPU.Nanoseconds())/n, "enqueue-cpu-ns/job")
+		b.ReportMetric(settle.Seconds(), "lease+complete-s/1M")
+		b.ReportMetric(settleCPU.Seconds(), "lease+complete-cpu-s/1M")
+		runtime.KeepAlive(q)
+		_ = q.Close()
+	}
+}
+
+// BenchmarkEnqueueTemplate measures one Enqueue of a job over a stored
+// template with its own overrides, into a queue that grows by b.N jobs.
+func BenchmarkEnqueueTemplate(b *testing.B) {
+	d, err := memqueue.New(&memqueue.Config{Capacity: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := queue.New(d)
+	defer q.Close()
+	ctx := b.Context()
+	if err := q.PutWorkflow(ctx, "sha256:template", make([]byte, 4096)); err != nil {
+		b.Fatal(err)
+	}
+	p := queue.EnqueueParams{Workflow: "structure-hash", WorkflowKey: "sha256:template", Payload: []byte(`{"t":60}`)}
+	o := make([]byte, 32)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		binary.LittleEndian.PutUint64(o, uint64(i))
+		p.Overrides = o
+		if _, err := q.Enqueue(ctx, p); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

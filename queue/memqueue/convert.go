@@ -50,9 +50,10 @@ func (q *Queue) toJob(b []byte) *queue.Job {
 		}
 	}
 	if r.nAtt > 0 {
-		list := r.attemptList()
-		j.Attempts = make([]queue.Attempt, len(list))
-		for i, a := range list {
+		j.Attempts = make([]queue.Attempt, r.nAtt)
+		d := reader{b: r.attempts}
+		for i := range j.Attempts {
+			a := d.attempt(r.enq)
 			j.Attempts[i] = queue.Attempt{
 				Number:    i + 1,
 				Backend:   q.syms.str(a.backend),

@@ -92,7 +92,14 @@ func (q *Queue) bucketFor(r *rec) *bucket {
 }
 
 // makeQueued puts slot (state queued) in its bucket.
-func (q *Queue) makeQueued(slot uint32, r *rec) {
+func (q *Queue) makeQueued(slot uint32) {
+	r := q.load(slot)
+	q.enbucket(slot, &r)
+}
+
+// enbucket puts slot (state queued) in r's bucket; r's sections must be
+// valid.
+func (q *Queue) enbucket(slot uint32, r *rec) {
 	b := q.bucketFor(r)
 	b.h.push(hent{k: int64(r.seq), slot: slot})
 	q.signalReady()

@@ -13,18 +13,20 @@ type hent struct {
 // heap, the retry-delay heap or the lease-expiry heap), so one position
 // per slot serves them all.
 type xheap struct {
-	items []hent
-	pos   *[]int32
+	items pvec[hent]
+	pos   *pvec[int32]
 }
 
-func (h *xheap) len() int { return len(h.items) }
+func (h *xheap) len() int { return h.items.len() }
 
 func (h *xheap) peek() (hent, bool) {
-	if len(h.items) == 0 {
+	if h.items.len() == 0 {
 		return hent{}, false
 	}
-	return h.items[0], true
+	return *h.items.at(0), true
 }
+
+func (h *xheap) item(i int) *hent { return h.items.at(i) }
 
 func less(a, b hent) bool {
 	if a.k != b.k {
@@ -34,47 +36,45 @@ func less(a, b hent) bool {
 }
 
 func (h *xheap) push(e hent) {
-	(*h.pos)[e.slot] = int32(len(h.items))
-	h.items = append(h.items, e)
-	h.up(len(h.items) - 1)
+	*h.pos.at(int(e.slot)) = int32(h.items.len())
+	h.items.push(e)
+	h.up(h.items.len() - 1)
 }
 
 // remove takes slot's entry out of the heap; it must be in it.
 func (h *xheap) remove(slot uint32) {
-	i := int((*h.pos)[slot])
-	last := len(h.items) - 1
+	i := int(*h.pos.at(int(slot)))
+	last := h.items.len() - 1
 	if i != last {
 		h.swap(i, last)
 	}
-	h.items = h.items[:last]
-	(*h.pos)[slot] = -1
+	h.items.pop()
+	*h.pos.at(int(slot)) = -1
 	if i != last && !h.down(i) {
 		h.up(i)
-	}
-	if cap(h.items) > 64 && len(h.items) < cap(h.items)/4 {
-		h.items = append([]hent(nil), h.items...) // give memory back
 	}
 }
 
 // fix sets slot's key to k and restores the order.
 func (h *xheap) fix(slot uint32, k int64) {
-	i := int((*h.pos)[slot])
-	h.items[i].k = k
+	i := int(*h.pos.at(int(slot)))
+	h.item(i).k = k
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
 func (h *xheap) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	(*h.pos)[h.items[i].slot] = int32(i)
-	(*h.pos)[h.items[j].slot] = int32(j)
+	a, b := h.item(i), h.item(j)
+	*a, *b = *b, *a
+	*h.pos.at(int(a.slot)) = int32(i)
+	*h.pos.at(int(b.slot)) = int32(j)
 }
 
 func (h *xheap) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if !less(h.items[i], h.items[p]) {
+		if !less(*h.item(i), *h.item(p)) {
 			return
 		}
 		h.swap(i, p)
@@ -84,17 +84,17 @@ func (h *xheap) up(i int) {
 
 // down reports whether the element moved.
 func (h *xheap) down(i0 int) bool {
-	i, n := i0, len(h.items)
+	i, n := i0, h.items.len()
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		c := l
-		if r := l + 1; r < n && less(h.items[r], h.items[l]) {
+		if r := l + 1; r < n && less(*h.item(r), *h.item(l)) {
 			c = r
 		}
-		if !less(h.items[c], h.items[i]) {
+		if !less(*h.item(c), *h.item(i)) {
 			break
 		}
 		h.swap(i, c)

@@ -1,6 +1,7 @@
 package memqueue
 
 import (
+	"encoding/binary"
 	"fmt"
 )
 
@@ -22,22 +23,24 @@ func (q *Queue) checkInvariants() error {
 			if b.h.len() == 0 {
 				return fmt.Errorf("empty bucket kept")
 			}
-			for i, e := range b.h.items {
+			for i := range b.h.len() {
+				e := *b.h.item(i)
 				inHeap[e.slot] = true
-				if q.pos[e.slot] != int32(i) {
-					return fmt.Errorf("slot %d: pos %d, at %d", e.slot, q.pos[e.slot], i)
+				if *q.pos.at(int(e.slot)) != int32(i) {
+					return fmt.Errorf("slot %d: pos %d, at %d", e.slot, *q.pos.at(int(e.slot)), i)
 				}
 			}
 		}
 	}
-	for slot, b := range q.recs {
+	for slot := range q.recs.len() {
+		b := q.rec(uint32(slot))
 		if b == nil {
 			continue
 		}
 		live++
 		r := decode(b)
-		if q.ids[r.id] != uint32(slot) {
-			return fmt.Errorf("slot %d: ids map", slot)
+		if binary.BigEndian.Uint32(r.id[12:]) != uint32(slot) {
+			return fmt.Errorf("slot %d: the ID names slot %d", slot, binary.BigEndian.Uint32(r.id[12:]))
 		}
 		if s, ok := q.seqs.get(r.seq); !ok || s != uint32(slot) {
 			return fmt.Errorf("slot %d: seqs map", slot)
@@ -54,7 +57,12 @@ func (q *Queue) checkInvariants() error {
 		if !q.byWorkflow[r.workflow].has(r.seq) {
 			return fmt.Errorf("slot %d: workflow index", slot)
 		}
+		seen := map[uint32]bool{0: true}
 		for _, be := range backendsOf(&r) {
+			if seen[be] {
+				continue
+			}
+			seen[be] = true
 			if !q.byBackend[be].has(r.seq) {
 				return fmt.Errorf("slot %d: backend index", slot)
 			}
@@ -66,15 +74,15 @@ func (q *Queue) checkInvariants() error {
 				return fmt.Errorf("slot %d: queued but in no bucket", slot)
 			}
 		case cLeased:
-			if p := q.pos[slot]; p < 0 || q.leased.items[p].slot != uint32(slot) || q.leased.items[p].k != r.expires {
+			if p := int(*q.pos.at(slot)); p < 0 || q.leased.item(p).slot != uint32(slot) || q.leased.item(p).k != r.expires {
 				return fmt.Errorf("slot %d: leased but not in the lease heap", slot)
 			}
 		case cRetrying:
-			if p := q.pos[slot]; p < 0 || q.delayed.items[p].slot != uint32(slot) || q.delayed.items[p].k != r.avail {
+			if p := int(*q.pos.at(slot)); p < 0 || q.delayed.item(p).slot != uint32(slot) || q.delayed.item(p).k != r.avail {
 				return fmt.Errorf("slot %d: retrying but not in the delay heap", slot)
 			}
 		default:
-			if q.pos[slot] != -1 {
+			if *q.pos.at(slot) != -1 {
 				return fmt.Errorf("slot %d: terminal but in a heap", slot)
 			}
 		}
@@ -93,8 +101,8 @@ func (q *Queue) checkInvariants() error {
 			return fmt.Errorf("slot %d: idempotency key", slot)
 		}
 	}
-	if live != len(q.ids) || counts != q.counts || q.all.len() != live {
-		return fmt.Errorf("live %d, ids %d, all %d, counts %v vs %v", live, len(q.ids), q.all.len(), counts, q.counts)
+	if live != q.live || counts != q.counts || q.all.len() != live {
+		return fmt.Errorf("live %d, counted %d, all %d, counts %v vs %v", live, q.live, q.all.len(), counts, q.counts)
 	}
 	if len(q.keys) > live {
 		return fmt.Errorf("%d idempotency keys for %d records", len(q.keys), live)

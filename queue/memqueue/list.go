@@ -147,7 +147,7 @@ func (q *Queue) firstSeqAt(t int64) uint64 {
 			continue
 		}
 		slot, _ := q.seqs.get(x)
-		if decode(q.recs[slot]).enq >= t {
+		if h, _ := decodeHead(q.rec(slot)); h.enq >= t {
 			hi = mid
 		} else {
 			lo = x + 1
@@ -168,12 +168,13 @@ func (q *Queue) match(f *listFilter, x uint64) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	b := q.recs[slot]
+	b := q.rec(slot)
 	if f.byFinished {
 		if !terminal(recState(b)) {
 			return nil, false
 		}
-		fin := decode(b).finished
+		h, _ := decodeHead(b)
+		fin := h.finished
 		if f.finLo != 0 && fin < f.finLo || f.finHi != 0 && fin >= f.finHi {
 			return nil, false
 		}
@@ -274,7 +275,7 @@ func (q *Queue) Purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
 		if before != 0 && e.finished >= before {
 			break // the rest finished later
 		}
-		if wanted[recState(q.recs[e.slot])] {
+		if wanted[recState(q.rec(e.slot))] {
 			q.drop(e.slot)
 			n++
 		}

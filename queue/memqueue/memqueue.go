@@ -91,11 +91,11 @@ type Queue struct {
 	rnd    *rand.ChaCha8 // job IDs and lease tokens
 
 	// Records.
-	ids  map[[16]byte]uint32 // job ID → slot
-	recs [][]byte            // slot → encoded record; nil when free
-	pos  []int32             // slot → position in its heap, -1 when in none
-	free []uint32            // free slots
-	seqs seqslots            // enqueue sequence → slot
+	recs pvec[[]byte] // slot → encoded record; nil when free (a job ID names its slot)
+	live int          // records held
+	pos  pvec[int32]  // slot → position in its heap, -1 when in none
+	free pvec[uint32] // free slots
+	seqs seqslots     // enqueue sequence → slot
 	syms symtab
 	keys map[string]uint32 // idempotency key → slot
 	seq  uint64
@@ -125,10 +125,11 @@ type Queue struct {
 
 	subs map[*sub]struct{}
 
-	space   chan struct{} // closed and replaced when capacity frees
-	timer   *time.Timer
-	timerAt time.Time
-	ready   chan struct{} // 1-buffered, coalescing
+	space        chan struct{} // closed and replaced when capacity frees
+	spaceWatched bool          // someone took space since it was replaced
+	timer        *time.Timer
+	timerAt      time.Time
+	ready        chan struct{} // 1-buffered, coalescing
 
 	buf   []byte // encoding scratch
 	arena []byte // scratch for the sections a write replaces
@@ -183,7 +184,6 @@ func New(cfg *Config) (*Queue, error) {
 		cfg:        c,
 		now:        c.Test.Now,
 		rnd:        rand.NewChaCha8(seed),
-		ids:        map[[16]byte]uint32{},
 		syms:       newSymtab(),
 		keys:       map[string]uint32{},
 		wfs:        map[uint32]*wfBuckets{},
@@ -206,7 +206,7 @@ func New(cfg *Config) (*Queue, error) {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.ids)
+	return q.live
 }
 
 // Ready implements [queue.Notifier].
@@ -216,6 +216,7 @@ func (q *Queue) Ready() <-chan struct{} { return q.ready }
 func (q *Queue) SpaceAvailable() <-chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.spaceWatched = true
 	return q.space
 }
 
@@ -276,7 +277,7 @@ func (q *Queue) tick(now int64) {
 		nw := old
 		nw.state = cQueued
 		q.write(e.slot, &old, &nw, true)
-		q.makeQueued(e.slot, &nw)
+		q.makeQueued(e.slot)
 	}
 	for e, ok := q.leased.peek(); ok && e.k <= now; e, ok = q.leased.peek() {
 		q.leased.remove(e.slot)
@@ -302,7 +303,7 @@ func (q *Queue) expire(slot uint32, at int64) {
 	}
 	nw.state, nw.avail = cQueued, at
 	q.write(slot, &old, &nw, true)
-	q.makeQueued(slot, &nw)
+	q.makeQueued(slot)
 }
 
 // schedule arms the timer for the next retry or lease expiry.
@@ -342,12 +343,24 @@ func (q *Queue) onTimer() {
 	q.schedule(now)
 }
 
-// newID returns 16 random bytes in the form of a version 4 UUID.
-func (q *Queue) newID() [16]byte {
+// newToken returns 16 random bytes in the form of a version 4 UUID.
+func (q *Queue) newToken() [16]byte {
 	var b [16]byte
 	_, _ = q.rnd.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
+	return b
+}
+
+// newJobID returns a job ID for slot: a version 8 (custom) UUID of 90
+// random bits and the slot number in its last four bytes, so that finding
+// a record by ID needs no map (a million-entry hash map costs a cache miss
+// per lookup and about 35 bytes per job). The random bits tell a job from
+// the earlier jobs of the same slot.
+func (q *Queue) newJobID(slot uint32) [16]byte {
+	b := q.newToken()
+	b[6] = b[6]&0x0f | 0x80
+	binary.BigEndian.PutUint32(b[12:], slot)
 	return b
 }
 
@@ -361,28 +374,19 @@ func parseID(s string) ([16]byte, bool) {
 	return u, err == nil
 }
 
-func (q *Queue) load(slot uint32) rec { return decode(q.recs[slot]) }
+// rec returns slot's encoded record (nil when the slot is free).
+func (q *Queue) rec(slot uint32) []byte { return *q.recs.at(int(slot)) }
+
+func (q *Queue) load(slot uint32) rec { return decode(q.rec(slot)) }
 
 // write replaces slot's record old with nw, whose version it sets to
 // old's plus one: it moves symbol references and the state index for what
 // changed, stores the encoding (in place when it fits) and publishes a
-// change unless quiet. Afterwards nw is the stored record decoded again
-// (its sections alias the new encoding) and old is invalid: its sections
-// may alias bytes overwritten in place.
+// change unless quiet. Afterwards only nw's header fields are valid: the
+// sections of old and nw may alias bytes overwritten in place.
 func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 	nw.version = old.version + 1
 	q.buf = nw.encode(q.buf[:0])
-	if old.leasedBy != nw.leasedBy || !sameBytes(old.attempts, nw.attempts) {
-		was, is := backendsOf(old), backendsOf(nw)
-		for _, b := range was {
-			if !slices.Contains(is, b) {
-				indexRemove(q.byBackend, b, nw.seq)
-			}
-		}
-		for _, b := range is {
-			indexAdd(q.byBackend, b, nw.seq)
-		}
-	}
 	q.moveRefs(old, nw)
 	if old.state != nw.state {
 		q.counts[old.state]--
@@ -390,15 +394,13 @@ func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 		q.byState[old.state].remove(nw.seq)
 		q.byState[nw.state].add(nw.seq)
 	}
-	b := q.recs[slot]
-	if cap(b) >= len(q.buf) {
-		b = b[:len(q.buf)]
-		copy(b, q.buf)
+	p := q.recs.at(int(slot))
+	if cap(*p) >= len(q.buf) {
+		*p = (*p)[:len(q.buf)]
+		copy(*p, q.buf)
 	} else {
-		b = append([]byte(nil), q.buf...)
+		*p = append([]byte(nil), q.buf...)
 	}
-	q.recs[slot] = b
-	*nw = decode(b)
 	if publish {
 		q.publish(nw)
 	}
@@ -505,19 +507,19 @@ func (q *Queue) closeAttempt(r *rec, now int64, class string, e queue.ErrorSumma
 // insert stores a new record in a free slot and indexes it.
 func (q *Queue) insert(r *rec) uint32 {
 	var slot uint32
-	if n := len(q.free); n > 0 {
-		slot = q.free[n-1]
-		q.free = q.free[:n-1]
+	if q.free.len() > 0 {
+		slot = q.free.pop()
 	} else {
-		slot = uint32(len(q.recs))
-		q.recs = append(q.recs, nil)
-		q.pos = append(q.pos, -1)
+		slot = uint32(q.recs.len())
+		q.recs.push(nil)
+		q.pos.push(-1)
 	}
+	r.id = q.newJobID(slot)
 	r.eachSym(q.syms.retain)
 	q.buf = r.encode(q.buf[:0])
-	q.recs[slot] = append([]byte(nil), q.buf...)
-	q.pos[slot] = -1
-	q.ids[r.id] = slot
+	*q.recs.at(int(slot)) = append([]byte(nil), q.buf...)
+	*q.pos.at(int(slot)) = -1
+	q.live++
 	q.seqs.set(r.seq, slot)
 	q.counts[r.state]++
 	q.all.add(r.seq)
@@ -558,18 +560,16 @@ func (q *Queue) eachMeta(r *rec, fn func(metaKey)) {
 	}
 }
 
-// backendsOf returns the backends r was leased by or ran an attempt on
-// (the Backend filter of List), without duplicates.
+// backendsOf returns the backend r is (or was last) leased by, then the
+// backends of its attempts (the Backend filter of List), possibly with
+// duplicates.
 func backendsOf(r *rec) []uint32 {
-	var out []uint32
-	if r.leasedBy != 0 {
-		out = append(out, r.leasedBy)
-	}
+	out := make([]uint32, 1, 1+r.nAtt)
+	out[0] = r.leasedBy
 	if r.nAtt > 0 {
-		for _, a := range r.attemptList() {
-			if a.backend != 0 && !slices.Contains(out, a.backend) {
-				out = append(out, a.backend)
-			}
+		d := reader{b: r.attempts}
+		for !d.done() {
+			out = append(out, d.attempt(r.enq).backend)
 		}
 	}
 	return out
@@ -585,7 +585,9 @@ func (q *Queue) drop(slot uint32) {
 	indexRemove(q.byWfKey, r.wfKey, r.seq)
 	q.eachMeta(&r, func(k metaKey) { indexRemove(q.byMeta, k, r.seq) })
 	for _, b := range backendsOf(&r) {
-		indexRemove(q.byBackend, b, r.seq)
+		if b != 0 {
+			indexRemove(q.byBackend, b, r.seq) // a no-op for a duplicate
+		}
 	}
 	if r.wfKey != 0 {
 		q.unref(q.syms.str(r.wfKey))
@@ -594,29 +596,32 @@ func (q *Queue) drop(slot uint32) {
 		delete(q.keys, k)
 	}
 	r.eachSym(q.syms.release)
-	delete(q.ids, r.id)
+	q.live--
 	q.seqs.del(r.seq)
-	q.recs[slot] = nil
-	q.free = append(q.free, slot)
+	*q.recs.at(int(slot)) = nil
+	q.free.push(slot)
 }
 
 // finished does the bookkeeping of a record that just became terminal (out
 // of every heap).
 func (q *Queue) finished(slot uint32, r *rec, at int64) {
 	q.active--
-	close(q.space)
-	q.space = make(chan struct{})
+	if q.spaceWatched {
+		close(q.space)
+		q.space = make(chan struct{})
+		q.spaceWatched = false
+	}
 	q.retained = append(q.retained, retainedEnt{finished: at, seq: r.seq, slot: slot})
 }
 
 // retainedValid reports whether e still names a terminal record finished at
 // e.finished.
 func (q *Queue) retainedValid(e retainedEnt) bool {
-	b := q.recs[e.slot]
+	b := q.rec(e.slot)
 	if b == nil || !terminal(recState(b)) {
 		return false
 	}
-	r := decode(b)
+	r, _ := decodeHead(b)
 	return r.seq == e.seq && r.finished == e.finished
 }
 
@@ -671,7 +676,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	q.seq++
 	q.last = max(q.last, now)
 	r := rec{
-		id: q.newID(), state: cQueued, version: 1, seq: q.seq, priority: int64(p.Priority),
+		state: cQueued, version: 1, seq: q.seq, priority: int64(p.Priority),
 		workflow: q.syms.intern(p.Workflow), wfKey: q.syms.intern(p.WorkflowKey),
 		maxAtt: uint64(max(p.MaxAttempts, 1)), enq: q.last, avail: q.last,
 		idem: []byte(p.IdempotencyKey), overrides: p.Overrides, payload: p.Payload,
@@ -704,9 +709,8 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 		q.keys[p.IdempotencyKey] = slot
 	}
 	q.active++
-	r = q.load(slot)
-	q.makeQueued(slot, &r)
-	return q.toJob(q.recs[slot]), nil
+	q.enbucket(slot, &r) // r's sections are the arena's and p's
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Lease implements [queue.Driver].
@@ -726,17 +730,25 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	nw := old
 	nw.state = cLeased
 	nw.leasedBy = q.syms.intern(p.Backend)
-	nw.token, nw.hasToken = q.newID(), true
+	if old.leasedBy != nw.leasedBy {
+		// The backend index holds the lessee and every attempt's backend.
+		indexAdd(q.byBackend, nw.leasedBy, nw.seq)
+		if old.leasedBy != 0 && !slices.Contains(backendsOf(&old)[1:], old.leasedBy) {
+			indexRemove(q.byBackend, old.leasedBy, nw.seq)
+		}
+	}
+	nw.token, nw.hasToken = q.newToken(), true
 	nw.leasedAt, nw.expires = now, now+int64(p.Duration)
 	q.write(slot, &old, &nw, true)
 	q.leased.push(hent{k: nw.expires, slot: slot})
-	return q.toJob(q.recs[slot]), nil
+	return q.toJob(q.rec(slot)), nil
 }
 
 // find returns the job's slot, or an error wrapping queue.ErrNotFound.
 func (q *Queue) find(id string) (uint32, error) {
 	if b, ok := parseID(id); ok {
-		if slot, ok := q.ids[b]; ok {
+		slot := binary.BigEndian.Uint32(b[12:])
+		if int(slot) < q.recs.len() && q.rec(slot) != nil && [16]byte(q.rec(slot)[1:17]) == b {
 			return slot, nil
 		}
 	}
@@ -773,7 +785,7 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 	nw.expires = now + int64(d)
 	q.write(slot, &old, &nw, false)
 	q.leased.fix(slot, nw.expires)
-	return q.toJob(q.recs[slot]), nil
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Begin implements [queue.Driver].
@@ -792,12 +804,13 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParam
 	a := attempt{backend: nw.leasedBy, promptID: []byte(p.PromptID), started: now}
 	if p.Backend != "" {
 		a.backend = q.syms.intern(p.Backend)
+		indexAdd(q.byBackend, a.backend, nw.seq)
 	}
 	prev := nw.attempts
 	nw.attempts = q.section(func(b []byte) []byte { return a.encode(append(b, prev...), nw.enq) })
 	nw.nAtt++
 	q.write(slot, &old, &nw, true)
-	return q.toJob(q.recs[slot]), nil
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Complete implements [queue.Driver].
@@ -818,7 +831,7 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 	nw.result = result
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(q.recs[slot])
+	j := q.toJob(q.rec(slot))
 	q.prune(now)
 	return j, nil
 }
@@ -854,7 +867,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		nw.errsec = q.errSection(p.Error)
 		q.write(slot, &old, &nw, true)
 		q.finished(slot, &nw, now)
-		j := q.toJob(q.recs[slot])
+		j := q.toJob(q.rec(slot))
 		q.prune(now)
 		return j, nil
 	case p.RetryAfter > 0:
@@ -864,9 +877,9 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 	default:
 		nw.state, nw.avail = cQueued, now
 		q.write(slot, &old, &nw, true)
-		q.makeQueued(slot, &nw)
+		q.makeQueued(slot)
 	}
-	return q.toJob(q.recs[slot]), nil
+	return q.toJob(q.rec(slot)), nil
 }
 
 // setNeeds replaces r's Needs when needs is not nil.
@@ -893,8 +906,8 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 	q.setNeeds(&nw, p.Needs)
 	nw.state, nw.avail, nw.hasToken, nw.expires = cQueued, now, false, 0
 	q.write(slot, &old, &nw, true)
-	q.makeQueued(slot, &nw)
-	return q.toJob(q.recs[slot]), nil
+	q.makeQueued(slot)
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Cancel implements [queue.Driver].
@@ -922,7 +935,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 		why.Class = queue.ClassCancelled
 		q.closeAttempt(&nw, now, why.Class, why, false, false)
 	case cCancelled:
-		return q.toJob(q.recs[slot]), nil
+		return q.toJob(q.rec(slot)), nil
 	default:
 		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
 	}
@@ -930,7 +943,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 	nw.errsec = q.errSection(p.Error)
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(q.recs[slot])
+	j := q.toJob(q.rec(slot))
 	q.prune(now)
 	q.signalReady()
 	return j, nil
@@ -958,8 +971,8 @@ func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
 	nw.state, nw.used, nw.finished, nw.avail, nw.errsec = cQueued, 0, 0, now, nil
 	q.write(slot, &old, &nw, true)
 	q.active++
-	q.makeQueued(slot, &nw)
-	return q.toJob(q.recs[slot]), nil
+	q.makeQueued(slot)
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Get implements [queue.Driver].
@@ -973,7 +986,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return q.toJob(q.recs[slot]), nil
+	return q.toJob(q.rec(slot)), nil
 }
 
 // Stats implements [queue.Driver].

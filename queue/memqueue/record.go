@@ -156,6 +156,10 @@ type reader struct {
 }
 
 func (d *reader) uvarint() uint64 {
+	if d.i < len(d.b) && d.b[d.i] < 0x80 { // most are one byte
+		d.i++
+		return uint64(d.b[d.i-1])
+	}
 	v, n := binary.Uvarint(d.b[d.i:])
 	if n <= 0 {
 		panic("memqueue: corrupt record")
@@ -201,6 +205,16 @@ func (d *reader) done() bool { return d.i >= len(d.b) }
 
 // decode decodes a record; its sections alias b.
 func decode(b []byte) rec {
+	r, d := decodeHead(b)
+	for _, s := range r.sections() {
+		*s = d.bytes()
+	}
+	return r
+}
+
+// decodeHead decodes a record's header (all but the sections, which it
+// leaves nil) and returns a reader at the first section.
+func decodeHead(b []byte) (rec, reader) {
 	if len(b) < 19 || b[0] != recFormat {
 		panic("memqueue: corrupt record")
 	}
@@ -227,10 +241,7 @@ func decode(b []byte) rec {
 		copy(r.token[:], d.fixed(16))
 		r.hasToken = true
 	}
-	for _, s := range r.sections() {
-		*s = d.bytes()
-	}
-	return r
+	return r, d
 }
 
 // recState returns a record's state code without decoding it.
