@@ -3,21 +3,60 @@
 // (the pool) use on top of a driver.
 //
 // API is not stable before v1: [Driver] will be frozen then and extended only
-// through optional interfaces such as [Notifier] and [SpaceNotifier].
+// through optional interfaces such as [Notifier], [SpaceNotifier] and
+// [Watcher].
 //
-// # Model
+// # The record holds the truth
 //
-// A job carries an opaque Payload (the pool stores the workflow and its
-// options), Metadata, a Priority (higher runs first; equal priorities run in
-// enqueue order), the Workflow it runs (a structure hash) and the capability
-// tags it Requires. A backend asks for work with [Queue.Lease], declaring the
-// workflows it accepts and its tags; it gets the best eligible job under a
-// lease token valid for a duration, keeps the lease alive with
-// [Queue.Extend], and ends it with [Queue.Complete], [Queue.Fail] (counts an
-// attempt; retried after FailParams.RetryAfter, or dead-lettered once
-// MaxAttempts are used up) or [Queue.Requeue] (no attempt counted: the
-// backend vanished or the pool is stopping). [Queue.Cancel] may end a job in
-// any unfinished state.
+// A job lives in its driver's record, not in the memory of the process that
+// enqueued it: everything needed to run it, watch it and answer for it is
+// in the [Job] a driver returns, so a process that never saw the job can
+// lease it, rebuild it and run it, and any process can wait on it, list it
+// or cancel it. A record has:
+//
+//   - identity and order: ID, Version (a per-job write counter), State,
+//     Priority, EnqueuedAt (its place in line and in lists, for life);
+//   - what runs: Workflow (the routing identity, a structure hash),
+//     WorkflowKey (a body stored once with PutWorkflow, content-addressed)
+//     plus Overrides (opaque patches), Payload (the enqueuer's opaque
+//     options), Metadata (tenant, user: List filters on it), Requires
+//     (tags), Needs (capabilities), ExcludeBackends, IdempotencyKey;
+//   - how it ran: MaxAttempts, AttemptsUsed, and Attempts, the history of
+//     every attempt ([Attempt]: number, backend, prompt id, start, end,
+//     class, [ErrorSummary], whether it counted);
+//   - the lease: LeasedBy, LeaseToken, LeasedAt, LeaseExpiresAt,
+//     AvailableAt;
+//   - the answer: FinishedAt, Result (opaque bytes), Error (why a dead or
+//     cancelled job ended).
+//
+// Classes and errors are plain strings ([ErrorSummary] is {class,
+// message, node id, node type}), so a database stores them in columns and
+// any process shows them.
+//
+// # The life of a job
+//
+//	queued ──Lease──▶ leased ──Complete──▶ completed
+//	  ▲  ▲              │ ├──Fail (attempts left, delay)──▶ retrying ──delay elapses──▶ queued
+//	  │  └──Requeue─────┘ ├──Fail (attempts left, no delay) / lease expiry──▶ queued
+//	  │                   └──Fail (attempts used up) / lease expiry──▶ dead
+//	Cancel: queued, retrying, leased ──▶ cancelled
+//	Retry (by hand): dead, cancelled ──▶ queued
+//
+// A backend asks for work with [Queue.Lease], declaring the workflows it
+// accepts and its tags and capabilities; it gets the best eligible job
+// (priority, then PreferWorkflows, then age) under a lease token valid for a
+// duration and keeps the lease alive with [Queue.Extend]. Before it sends
+// the job's prompt it writes it down with [Queue.Begin] (backend, prompt
+// id): a process that takes the job over after this one died reads the
+// open or expired attempt and asks that backend about that prompt before
+// submitting again. It ends the lease with [Queue.Complete] (the attempt
+// counts), [Queue.Fail] (the attempt counts; retried after
+// FailParams.RetryAfter, or dead-lettered once MaxAttempts are used up) or
+// [Queue.Requeue] (not counted: the backend vanished or the pool is
+// stopping). [Queue.Cancel] may end a job in any unfinished state;
+// [Queue.Retry] brings a dead or cancelled job back by hand, with its
+// attempts reset and its history kept; [Queue.Purge] deletes terminal
+// records.
 //
 // An expired lease returns the job to the queue by itself and counts an
 // attempt, as River and asynq do: a lessee that stopped heartbeating may have
@@ -32,12 +71,38 @@
 //
 //	q := queue.New(driver) // e.g. memqueue.New(nil)
 //	defer q.Close()
-//	job, err := q.Enqueue(ctx, queue.EnqueueParams{Priority: 1, Payload: p, Workflow: hash})
+//	err := q.PutWorkflow(ctx, key, body) // once per distinct workflow
+//	job, err := q.Enqueue(ctx, queue.EnqueueParams{Workflow: hash, WorkflowKey: key, Overrides: patches})
 //	...
-//	job, err = q.Lease(ctx, queue.LeaseParams{Backend: "gpu-1", Workflows: nil, Tags: []string{"sdxl"}, Duration: time.Minute})
+//	job, err = q.Lease(ctx, queue.LeaseParams{Backend: "gpu-1", Tags: []string{"sdxl"}, Duration: time.Minute})
 //	if job != nil {
+//		job, err = q.Begin(ctx, job.ID, job.LeaseToken, queue.BeginParams{PromptID: promptID})
+//		// submit the prompt, follow it ...
 //		_, err = q.Complete(ctx, job.ID, job.LeaseToken, result)
 //	}
+//
+// # Workflows stored once
+//
+// A million prompts over one template cost one body and a million small
+// overrides: [Queue.PutWorkflow] stores a body under a key the caller
+// chooses (an exact hash of the body, so a stored body is never replaced),
+// and jobs name it in EnqueueParams.WorkflowKey with their own opaque
+// EnqueueParams.Overrides. Enqueue fails with [ErrNotFound] for a key that
+// is not stored. [Queue.PurgeWorkflows] deletes bodies that no retained job
+// references and that were last stored before a time: give a margin, and
+// store again when Enqueue reports the key missing.
+//
+// # Listing, pausing, watching
+//
+// [Queue.List] pages through jobs by state, workflow, stored template,
+// backend (leased by or ran on), metadata pairs and time ranges, newest or
+// oldest first, with an opaque cursor that a concurrent enqueue never
+// shifts, and counts by state for the same filter. [Queue.SetPaused]
+// pauses the whole queue, a workflow or a tag for every process on the
+// queue: Lease skips what a paused scope covers. A driver implementing
+// [Watcher] offers a change feed ([Queue.Subscribe]) so a job can be watched
+// from any process: one [Change] per state change or attempt record, and a
+// Gap marker (re-read with Get) instead of a silently lost change.
 //
 // # Needs and capabilities
 //
@@ -79,24 +144,65 @@
 //
 // A driver implementing [Notifier] signals through [Queue.Ready] whenever a
 // job may have become leasable (enqueue, requeue, retry delay elapsed, lease
-// expired), so a dispatcher never polls. A driver bounded by a capacity
-// returns a [*FullError] from Enqueue; [Queue.EnqueueWait] instead waits for
-// room when the driver implements [SpaceNotifier].
+// expired, resume), so a dispatcher never polls. A driver bounded by a
+// capacity returns a [*FullError] from Enqueue; [Queue.EnqueueWait] instead
+// waits for room when the driver implements [SpaceNotifier].
 //
 // # Errors
 //
 // Conditions to branch on are sentinels tested with errors.Is:
 // [ErrNotFound], [ErrDuplicate] (a [*DuplicateError] carries the existing
 // job's ID), [ErrQueueFull] ([*FullError]), [ErrLeaseLost], [ErrInvalidState],
-// [ErrClosed], [ErrInvalid] (bad arguments).
+// [ErrClosed], [ErrInvalid] (bad arguments); errors.ErrUnsupported from
+// Subscribe when the driver has no change feed.
 //
 // # Writing a driver
 //
-// Implement [Driver] (see its documentation for what [Queue] guarantees and
+// Implement [Driver] (its documentation lists what [Queue] guarantees and
 // what the driver must honour) and run the conformance suite from one test
 // file, as memqueue does:
 //
 //	func TestConformance(t *testing.T) {
 //		queuetest.RunConformanceTests(t, queuetest.Harness{NewDriver: ..., Advance: ...})
 //	}
+//
+// Every method is one atomic change of one job (or one statement over
+// many), so that a SQL statement or one Redis Lua script can implement it.
+// Sketches for PostgreSQL (attempts as rows of their own, or a jsonb array
+// on the job; Redis: a hash per job, attempts in a list or an encoded
+// field, all written by one script):
+//
+//   - Begin: UPDATE jobs SET version = version+1 WHERE id = $1 AND
+//     lease_token = $2 AND state = 'leased' (0 rows: ErrLeaseLost or
+//     ErrNotFound), closing an open attempt as "superseded" and inserting
+//     the new one in the same statement (a CTE).
+//   - Complete, Fail, Requeue, Cancel: the job row and its open attempt
+//     (ended_at IS NULL) in one statement; Complete and Fail insert an
+//     attempt from leased_by/leased_at when none is open.
+//   - Lease expiry: every Lease first (or a timer) sets expired leases
+//     back to queued or dead, closing their attempts at lease_expires_at
+//     with class "lease_expired", counted.
+//   - PutWorkflow: INSERT INTO workflows (key, body, stored_at) ... ON
+//     CONFLICT (key) DO UPDATE SET stored_at = excluded.stored_at; jobs
+//     reference workflows(key), so Enqueue of an unknown key fails (map the
+//     foreign-key violation to ErrNotFound). PurgeWorkflows: DELETE ...
+//     WHERE stored_at < $1 AND NOT EXISTS (SELECT 1 FROM jobs WHERE
+//     workflow_key = key). Redis keeps a reference count per key,
+//     incremented by the enqueue script and decremented by purge and
+//     retention, and a sorted set of unreferenced keys by stored time.
+//   - List: ORDER BY enqueued_at, seq (DESC for newest first) with the
+//     cursor (enqueued_at, seq) of the page's last job as a row-comparison
+//     bound; counts: SELECT state, count(*) ... GROUP BY state with the
+//     same WHERE minus states. Backend: leased_by = $b OR EXISTS (an
+//     attempt with backend = $b). Metadata: metadata @> $m (jsonb, GIN).
+//   - Change feed: pg_notify('…', id || ':' || state || ':' || version) in
+//     the statement that writes (or a trigger); after a reconnect, or when
+//     notifications may have been lost, deliver a Change with Gap set.
+//     Redis: PUBLISH from each script, a Gap after resubscribing.
+//   - SetPaused: rows in pauses(kind, name), and Lease's query adds NOT
+//     EXISTS (a pause of 'all', of the job's workflow, or of a tag in its
+//     requires).
+//   - Retry: UPDATE ... WHERE state IN ('dead', 'cancelled'). Purge:
+//     DELETE the oldest finished (ORDER BY finished_at LIMIT $n) in the
+//     states asked for.
 package queue

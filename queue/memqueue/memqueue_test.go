@@ -404,3 +404,47 @@ func TestMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+func TestResumeSignalsReady(t *testing.T) {
+	t.Parallel()
+	q, _ := newQueue(t, nil)
+	ctx := t.Context()
+	ready := q.Ready()
+	require.NoError(t, q.SetPaused(ctx, queue.PauseScope{Workflow: "w"}, true))
+	_, err := q.Enqueue(ctx, queue.EnqueueParams{Workflow: "w"})
+	require.NoError(t, err)
+	requireReady(t, ready, true, "enqueue")
+	j, err := q.Lease(ctx, lp)
+	require.NoError(t, err)
+	require.Nil(t, j, "paused")
+	require.NoError(t, q.SetPaused(ctx, queue.PauseScope{Workflow: "w"}, false))
+	requireReady(t, ready, true, "resume: the dispatcher leases again")
+	leaseOne(t, q)
+}
+
+func TestSubscribeClosed(t *testing.T) {
+	t.Parallel()
+	q, _ := newQueue(t, nil)
+	require.NoError(t, q.Close())
+	_, _, err := q.Driver().(queue.Watcher).Subscribe(t.Context(), 1)
+	assert.ErrorIs(t, err, queue.ErrClosed)
+}
+
+// TestBodiesSweptAfterRetention: a workflow body no job references is
+// dropped by the Queue itself once it was last stored a Retention ago.
+func TestBodiesSweptAfterRetention(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q, _ := newQueue(t, &memqueue.Config{Retention: time.Hour})
+		ctx := t.Context()
+		require.NoError(t, q.PutWorkflow(ctx, "k", []byte("b")))
+		time.Sleep(59 * time.Minute)
+		require.NoError(t, q.PutWorkflow(ctx, "k", []byte("b"))) // refreshes
+		time.Sleep(59 * time.Minute)
+		_, err := q.GetWorkflow(ctx, "k")
+		require.NoError(t, err)
+		time.Sleep(2 * time.Minute)
+		_, err = q.GetWorkflow(ctx, "k")
+		require.ErrorIs(t, err, queue.ErrNotFound)
+	})
+}

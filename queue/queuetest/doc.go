@@ -17,6 +17,15 @@
 // bubble; they inject a clock and provide [Harness].Advance. Without either,
 // those subtests are skipped (reported with t.Skip), never silently passed.
 //
+// The change-feed subtests run only for drivers that implement
+// [queue.Watcher] (others are reported skipped); they wait up to 10 s (of
+// fake time in a bubble) for a change a driver delivers asynchronously,
+// such as a database notification.
+//
+// Tests that need the driver's clock read it from the records (a job's
+// EnqueuedAt or FinishedAt), never from time.Now, so that a driver with an
+// injected clock passes them.
+//
 // [Flaky] wraps a driver and injects faults (FailNext), for testing code
 // that uses a driver: a transient error, a permanent one, or an answer lost
 // after the call took effect.

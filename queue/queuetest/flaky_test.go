@@ -60,3 +60,28 @@ func TestFlakyFaults(t *testing.T) {
 	assert.Equal(t, 2, f.Calls(queuetest.OpGet))
 	assert.NotNil(t, q.Ready(), "Ready passes through")
 }
+
+func TestFlakyNewOps(t *testing.T) {
+	t.Parallel()
+	f := queuetest.NewFlaky(newMem(t))
+	q := queue.New(f)
+	defer q.Close()
+	ctx := t.Context()
+	boom := errors.New("store: down")
+	f.FailNext(queuetest.OpPutWorkflow, 1, queuetest.Fault{Err: boom, Applied: true})
+	assert.ErrorIs(t, q.PutWorkflow(ctx, "k", []byte("b")), boom)
+	_, err := q.GetWorkflow(ctx, "k")
+	require.NoError(t, err, "applied before the answer was lost")
+	f.FailNext(queuetest.OpList, 1, queuetest.Fault{Err: boom})
+	_, err = q.List(ctx, queue.ListParams{})
+	assert.ErrorIs(t, err, boom)
+	f.FailNext(queuetest.OpSubscribe, 1, queuetest.Fault{Err: boom})
+	_, _, err = q.Subscribe(ctx, 0)
+	assert.ErrorIs(t, err, boom)
+	ch, stop, err := q.Subscribe(ctx, 0)
+	require.NoError(t, err)
+	stop()
+	_, open := <-ch
+	assert.False(t, open)
+	assert.Equal(t, 2, f.Calls(queuetest.OpSubscribe))
+}

@@ -101,9 +101,13 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 // RunConformanceTests runs the driver conformance suite: ordering by priority
 // then age, Workflows/Tags filtering, Needs against capabilities (and their
 // replacement by Fail and Requeue), lease tokens and expiry, heartbeats,
-// attempts, retry delays, dead-lettering, requeue, cancel, idempotency keys,
-// concurrent lessees, stats, argument validation and Close. Every driver
-// runs it from one file (conformance_test.go).
+// attempt records (Begin, and their closing by Complete, Fail, Requeue,
+// Cancel and expiry), versions, retry delays, dead-lettering, requeue,
+// cancel, idempotency keys, concurrent lessees, stats, the workflow store,
+// List (filters, order, pages under concurrent enqueues, counts), the
+// change feed (including gaps), pause scopes, Retry, Purge, isolation of
+// returned jobs, argument validation and Close. Every driver runs it from
+// one file (conformance_test.go).
 func RunConformanceTests(t *testing.T, h Harness) {
 	t.Helper()
 	require.NotNil(t, h.NewDriver, "Harness.NewDriver is required")
