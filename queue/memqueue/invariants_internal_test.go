@@ -32,7 +32,7 @@ func TestInvariantsUnderRandomOps(t *testing.T) {
 		}
 		var ids []string
 		leased := map[string]*queue.Job{}
-		for step := range 3000 {
+		for step := range 2000 {
 			switch op := rng.IntN(14); op {
 			case 0, 1, 2:
 				p := queue.EnqueueParams{

@@ -58,7 +58,7 @@ func (q *Queue) checkInvariants() error {
 			return fmt.Errorf("slot %d: workflow index", slot)
 		}
 		seen := map[uint32]bool{0: true}
-		for _, be := range backendsOf(&r) {
+		for _, be := range backendsOf(&r, nil) {
 			if seen[be] {
 				continue
 			}

@@ -477,7 +477,8 @@ func (q *Queue) errSection(e queue.ErrorSummary) []byte {
 // open; counted counts it against MaxAttempts. It returns the attempt's
 // backend symbol (0 when it closed none).
 func (q *Queue) closeAttempt(r *rec, now int64, class string, e queue.ErrorSummary, counted, make bool) uint32 {
-	list := r.attemptList()
+	var buf [4]attempt
+	list := r.attemptList(buf[:0])
 	if n := len(list); n == 0 || list[n-1].ended != 0 {
 		if !make {
 			return 0
@@ -563,9 +564,8 @@ func (q *Queue) eachMeta(r *rec, fn func(metaKey)) {
 // backendsOf returns the backend r is (or was last) leased by, then the
 // backends of its attempts (the Backend filter of List), possibly with
 // duplicates.
-func backendsOf(r *rec) []uint32 {
-	out := make([]uint32, 1, 1+r.nAtt)
-	out[0] = r.leasedBy
+func backendsOf(r *rec, out []uint32) []uint32 {
+	out = append(out, r.leasedBy)
 	if r.nAtt > 0 {
 		d := reader{b: r.attempts}
 		for !d.done() {
@@ -584,7 +584,8 @@ func (q *Queue) drop(slot uint32) {
 	indexRemove(q.byWorkflow, r.workflow, r.seq)
 	indexRemove(q.byWfKey, r.wfKey, r.seq)
 	q.eachMeta(&r, func(k metaKey) { indexRemove(q.byMeta, k, r.seq) })
-	for _, b := range backendsOf(&r) {
+	var buf [8]uint32
+	for _, b := range backendsOf(&r, buf[:0]) {
 		if b != 0 {
 			indexRemove(q.byBackend, b, r.seq) // a no-op for a duplicate
 		}
@@ -733,7 +734,8 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	if old.leasedBy != nw.leasedBy {
 		// The backend index holds the lessee and every attempt's backend.
 		indexAdd(q.byBackend, nw.leasedBy, nw.seq)
-		if old.leasedBy != 0 && !slices.Contains(backendsOf(&old)[1:], old.leasedBy) {
+		var buf [8]uint32
+		if old.leasedBy != 0 && !slices.Contains(backendsOf(&old, buf[:0])[1:], old.leasedBy) {
 			indexRemove(q.byBackend, old.leasedBy, nw.seq)
 		}
 	}

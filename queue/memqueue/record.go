@@ -304,9 +304,8 @@ func (d *reader) attempt(base int64) attempt {
 	return a
 }
 
-// attempts decodes r's attempt records.
-func (r *rec) attemptList() []attempt {
-	out := make([]attempt, 0, r.nAtt)
+// attemptList appends r's decoded attempt records to out.
+func (r *rec) attemptList(out []attempt) []attempt {
 	d := reader{b: r.attempts}
 	for !d.done() {
 		out = append(out, d.attempt(r.enq))
