@@ -187,3 +187,36 @@ func BenchmarkEnqueueTemplate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLeaseComplete measures one Lease and one Complete of a job over
+// a stored template, with b.N jobs queued at the start.
+func BenchmarkLeaseComplete(b *testing.B) {
+	d, err := memqueue.New(&memqueue.Config{Capacity: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := queue.New(d)
+	defer q.Close()
+	ctx := b.Context()
+	if err := q.PutWorkflow(ctx, "sha256:template", make([]byte, 4096)); err != nil {
+		b.Fatal(err)
+	}
+	p := queue.EnqueueParams{Workflow: "structure-hash", WorkflowKey: "sha256:template", Payload: []byte(`{"t":60}`), Overrides: make([]byte, 32)}
+	for range b.N {
+		if _, err := q.Enqueue(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		j, err := q.Lease(ctx, lp)
+		if err != nil || j == nil {
+			b.Fatal(j, err)
+		}
+		if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

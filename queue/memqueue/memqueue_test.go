@@ -84,11 +84,19 @@ func TestCapacity(t *testing.T) {
 	_, err = q.Enqueue(ctx, queue.EnqueueParams{})
 	require.ErrorIs(t, err, queue.ErrQueueFull)
 
-	// Finishing frees room.
+	// Finishing frees room; retrying by hand takes it again.
+	_, err = q.Cancel(ctx, a.ID)
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, a.ID)
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, queue.EnqueueParams{})
+	require.ErrorIs(t, err, queue.ErrQueueFull)
 	_, err = q.Cancel(ctx, a.ID)
 	require.NoError(t, err)
 	_, err = q.Enqueue(ctx, queue.EnqueueParams{})
 	require.NoError(t, err)
+	_, err = q.Retry(ctx, a.ID)
+	require.ErrorIs(t, err, queue.ErrQueueFull, "a retry counts against capacity")
 
 	unbounded, _ := newQueue(t, &memqueue.Config{Capacity: -1})
 	for range 3 * memqueue.DefaultCapacity / 2 {
