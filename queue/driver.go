@@ -65,8 +65,10 @@ import (
 // for concurrent use. This interface is not frozen before v1; it will then be
 // extended only through optional interfaces such as [Notifier].
 type Driver interface {
-	// Enqueue stores a new job in state queued and returns it. It returns a
-	// *FullError at capacity and a *DuplicateError for a used idempotency key.
+	// Enqueue stores a new job in state queued (Version 1) and returns it.
+	// It returns a *FullError at capacity, a *DuplicateError for a used
+	// idempotency key, and an error wrapping ErrNotFound when p.WorkflowKey
+	// names no stored body.
 	Enqueue(ctx context.Context, p *EnqueueParams) (*Job, error)
 	// Lease leases the best eligible job for d (see above), or returns nil, nil.
 	Lease(ctx context.Context, p *LeaseParams) (*Job, error)
@@ -142,7 +144,8 @@ type Driver interface {
 type Notifier interface {
 	// Ready returns a 1-buffered channel that receives a value (coalesced)
 	// whenever a job may have become leasable: an enqueue, a requeue, a
-	// retry delay elapsing, a lease expiring, a cancel. Wake-ups may be
+	// retry delay elapsing, a lease expiring, a cancel, a Retry, a resume
+	// (SetPaused false). Wake-ups may be
 	// spurious; after one, lease until Lease returns nil. The channel is
 	// meant for a single consumer and is never closed.
 	Ready() <-chan struct{}
