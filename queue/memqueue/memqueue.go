@@ -598,7 +598,7 @@ func (q *Queue) drop(slot uint32) {
 	}
 	r.eachSym(q.syms.release)
 	q.live--
-	q.seqs.del(r.seq)
+	q.seqs.del(r.seq, q.seq)
 	*q.recs.at(int(slot)) = nil
 	q.free.push(slot)
 }

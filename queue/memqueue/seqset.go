@@ -40,8 +40,14 @@ func (s *seqset) add(x uint64) {
 	k, lo := x>>16, uint16(x)
 	i, ok := s.find(k)
 	if !ok {
-		s.keys = slices.Insert(s.keys, i, k)
-		s.chunks = slices.Insert(s.chunks, i, &chunk{})
+		if n := len(s.keys); i == n && n > 0 && s.chunks[n-1].n == 0 {
+			s.keys[n-1] = k // reuse the empty last chunk
+			s.chunks[n-1].arr = s.chunks[n-1].arr[:0]
+			i--
+		} else {
+			s.keys = slices.Insert(s.keys, i, k)
+			s.chunks = slices.Insert(s.chunks, i, &chunk{})
+		}
 	}
 	if s.chunks[i].add(lo) {
 		s.n++
@@ -55,7 +61,9 @@ func (s *seqset) remove(x uint64) {
 		return
 	}
 	s.n--
-	if s.chunks[i].n == 0 {
+	// An emptied chunk goes, but for the last one (where new numbers
+	// arrive: a set that keeps emptying would make a chunk every time).
+	if s.chunks[i].n == 0 && i != len(s.keys)-1 {
 		s.keys = slices.Delete(s.keys, i, i+1)
 		s.chunks = slices.Delete(s.chunks, i, i+1)
 	}
@@ -75,9 +83,10 @@ func (s *seqset) next(x uint64) (uint64, bool) {
 		}
 		i++
 	}
-	if i < len(s.keys) {
-		lo, _ := s.chunks[i].next(0)
-		return s.keys[i]<<16 | uint64(lo), true
+	for ; i < len(s.keys); i++ { // only the last chunk may be empty
+		if lo, ok := s.chunks[i].next(0); ok {
+			return s.keys[i]<<16 | uint64(lo), true
+		}
 	}
 	return 0, false
 }
@@ -90,9 +99,10 @@ func (s *seqset) prev(x uint64) (uint64, bool) {
 			return x>>16<<16 | uint64(lo), true
 		}
 	}
-	if i > 0 {
-		lo, _ := s.chunks[i-1].prev(0xffff)
-		return s.keys[i-1]<<16 | uint64(lo), true
+	for i--; i >= 0; i-- {
+		if lo, ok := s.chunks[i].prev(0xffff); ok {
+			return s.keys[i]<<16 | uint64(lo), true
+		}
 	}
 	return 0, false
 }
@@ -263,7 +273,10 @@ func (c *chunk) countRange(lo, hi uint32) int {
 }
 
 // seqslots maps enqueue sequence numbers to record slots, in pages of
-// 4,096 (4 bytes a number), a page dropped when its last record goes.
+// 4,096 (4 bytes a number), a page dropped when its last record goes,
+// except the newest page, which new numbers are still filling (dropped
+// once the next page starts): a queue that empties after every job would
+// otherwise make a page per job.
 type seqslots struct {
 	pages map[uint64]*seqpage
 }
@@ -281,6 +294,9 @@ func (m *seqslots) set(seq uint64, slot uint32) {
 	if p == nil {
 		p = &seqpage{}
 		m.pages[seq>>12] = p
+		if prev := m.pages[seq>>12-1]; prev != nil && prev.n == 0 && seq>>12 > 0 {
+			delete(m.pages, seq>>12-1)
+		}
 	}
 	if p.slots[seq&4095] == 0 {
 		p.n++
@@ -296,13 +312,14 @@ func (m *seqslots) get(seq uint64) (uint32, bool) {
 	return p.slots[seq&4095] - 1, true
 }
 
-func (m *seqslots) del(seq uint64) {
+// del forgets seq; newest is the newest sequence number given out.
+func (m *seqslots) del(seq, newest uint64) {
 	p := m.pages[seq>>12]
 	if p == nil || p.slots[seq&4095] == 0 {
 		return
 	}
 	p.slots[seq&4095] = 0
-	if p.n--; p.n == 0 {
+	if p.n--; p.n == 0 && seq>>12 != newest>>12 {
 		delete(m.pages, seq>>12)
 	}
 }
