@@ -271,6 +271,7 @@ func (q *Queue) signalReady() {
 // tick applies the transitions due at now: retry delays that elapsed, leases
 // that expired, terminal records past retention.
 func (q *Queue) tick(now int64) {
+	q.arena = q.arena[:0]
 	for e, ok := q.delayed.peek(); ok && e.k <= now; e, ok = q.delayed.peek() {
 		q.delayed.remove(e.slot)
 		old := q.load(e.slot)
