@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -21,34 +18,13 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+
+	"github.com/comfypool/comfypool/internal/leakcheck"
 )
 
-// TestMain fails the package when a loopback test leaves a goroutine of a
-// client's WebSocket session behind (tests in synctest bubbles are checked
-// by synctest itself).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		var stacks string
-		for range 100 {
-			buf := make([]byte, 1<<20)
-			stacks = string(buf[:runtime.Stack(buf, true)])
-			if !leaked(stacks) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // polls for exiting goroutines; not test logic
-		}
-		if leaked(stacks) {
-			fmt.Fprintln(os.Stderr, "comfy: leaked session goroutines:\n"+stacks)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leaked(stacks string) bool {
-	return strings.Contains(stacks, "comfy.(*session)") || strings.Contains(stacks, "comfy.(*Prompt)")
-}
+// TestMain fails the run when a goroutine of the package outlives the
+// tests (see leakcheck).
+func TestMain(m *testing.M) { leakcheck.Main(m, "comfy.(*session)", "comfy.(*Prompt)") }
 
 // stateWatcher records every state a client goes through, using only
 // StateChanged, until stop is called.

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -18,29 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/comfy/comfytest"
+
+	"github.com/comfypool/comfypool/internal/leakcheck"
 )
 
-// TestMain checks that loopback tests leave no server goroutine behind
-// (in-memory tests are checked by synctest itself).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		var stacks string
-		for i := 0; i < 50; i++ {
-			buf := make([]byte, 1<<20)
-			stacks = string(buf[:runtime.Stack(buf, true)])
-			if !strings.Contains(stacks, "comfy/comfytest.(*") {
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // polling for goroutine exit, not synchronisation of test logic
-		}
-		if strings.Contains(stacks, "comfy/comfytest.(*") {
-			fmt.Fprintln(os.Stderr, "comfytest: leaked goroutines:\n"+stacks)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run when a goroutine of the package outlives the
+// tests (see leakcheck).
+func TestMain(m *testing.M) { leakcheck.Main(m, "comfy/comfytest.(*") }
 
 const cid = "1d10c0158fcc4a43af0f574ce0bf0b30"
 
