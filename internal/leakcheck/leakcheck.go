@@ -24,7 +24,7 @@ import (
 func Main(m *testing.M, marks ...string) {
 	code := m.Run()
 	if code == 0 {
-		if stacks, ok := wait(marks); !ok {
+		if stacks, ok := wait(marks, 100); !ok {
 			fmt.Fprintf(os.Stderr, "leaked goroutines (%s):\n%s\n", strings.Join(marks, ", "), stacks)
 			code = 1
 		}
@@ -32,10 +32,10 @@ func Main(m *testing.M, marks ...string) {
 	os.Exit(code)
 }
 
-// wait polls the goroutine stacks until none matches marks (ok) or 2 s
-// passed, and returns the last stacks.
-func wait(marks []string) (stacks string, ok bool) {
-	for range 100 {
+// wait polls the goroutine stacks, every 20 ms and at most tries times,
+// until none matches marks (ok), and returns the last stacks.
+func wait(marks []string, tries int) (stacks string, ok bool) {
+	for range tries {
 		buf := make([]byte, 1<<20)
 		stacks = string(buf[:runtime.Stack(buf, true)])
 		if !leaked(stacks, marks) {

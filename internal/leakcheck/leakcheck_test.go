@@ -19,18 +19,22 @@ func TestLeaked(t *testing.T) {
 }
 
 func TestWaitSeesAGoroutineExit(t *testing.T) {
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); leakcheckHeldGoroutine(release) }()
-	if _, ok := wait([]string{"leakcheckHeldGoroutine"}); ok {
+	go func() { defer close(done); leakcheckHeldGoroutine(started, release) }()
+	<-started
+	if _, ok := wait([]string{"leakcheckHeldGoroutine"}, 3); ok {
 		t.Fatal("a held goroutine went unseen")
 	}
 	close(release)
 	<-done
-	if stacks, ok := wait([]string{"leakcheckHeldGoroutine"}); !ok {
+	if stacks, ok := wait([]string{"leakcheckHeldGoroutine"}, 100); !ok {
 		t.Fatalf("an exited goroutine is still reported:\n%s", stacks)
 	}
 }
 
 //go:noinline
-func leakcheckHeldGoroutine(release chan struct{}) { <-release }
+func leakcheckHeldGoroutine(started, release chan struct{}) {
+	close(started)
+	<-release
+}
