@@ -35,7 +35,29 @@ var (
 	ErrBackendRemoved = errors.New("pool: backend removed")
 	// ErrInvalid is wrapped by errors about bad arguments.
 	ErrInvalid = errors.New("pool: invalid argument")
+	// ErrIdempotencyConflict is matched by the *IdempotencyConflictError
+	// Enqueue returns when an IdempotencyKey is reused with another
+	// workflow.
+	ErrIdempotencyConflict = errors.New("pool: idempotency key used with another workflow")
 )
+
+// IdempotencyConflictError is returned by Enqueue when EnqueueOpts.IdempotencyKey
+// is held by a job (ExistingID) that runs a different workflow: answering
+// with that job would hand the caller someone else's result. Workflows are
+// compared exactly (their JSON), options are not. It matches
+// [ErrIdempotencyConflict].
+type IdempotencyConflictError struct {
+	Key        string
+	ExistingID string
+}
+
+// Error implements error.
+func (e *IdempotencyConflictError) Error() string {
+	return fmt.Sprintf("pool: idempotency key %q is held by job %s, which runs another workflow", e.Key, e.ExistingID)
+}
+
+// Is makes errors.Is(err, ErrIdempotencyConflict) true.
+func (e *IdempotencyConflictError) Is(target error) bool { return target == ErrIdempotencyConflict }
 
 // NoBackendError is returned by Enqueue when no backend may run the job:
 // none declares its workflow (strict binding), has all its tags, or is left

@@ -3,6 +3,7 @@ package pool
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -28,6 +29,8 @@ type EnqueueOpts struct {
 	// already enqueued with this key (nil error, no new job, no second
 	// Accounting.Reserve) while that job's record is retained (see
 	// Config.Retention). Concurrent Enqueues with one key make one job.
+	// The key is bound to the workflow: reusing it with another workflow
+	// gives an *IdempotencyConflictError (matching ErrIdempotencyConflict).
 	IdempotencyKey string
 	// Tags are capabilities a backend must have (BackendConfig.Tags) to run
 	// the job. BackendTag(name) among them pins the job to that backend.
@@ -300,13 +303,16 @@ func (p *WorkflowPool) timeout(js *jobState, which string) {
 // (id stays empty if it failed).
 type keyEntry struct {
 	id    string
+	sum   [sha256.Size]byte // of the job's workflow JSON
 	ready chan struct{}
 }
 
 // claimKey returns the ID of the job holding key, or claims key for a new
-// job (returning its entry) when none does. It waits while another Enqueue
-// with the same key is in progress.
-func (p *WorkflowPool) claimKey(ctx context.Context, key string) (string, *keyEntry, error) {
+// job running the workflow whose JSON has digest sum (returning its entry)
+// when none does. It waits while another Enqueue with the same key is in
+// progress. A job holding key with another workflow gives an
+// *IdempotencyConflictError.
+func (p *WorkflowPool) claimKey(ctx context.Context, key string, sum [sha256.Size]byte) (string, *keyEntry, error) {
 	for {
 		p.mu.Lock()
 		if p.stopping {
@@ -318,7 +324,7 @@ func (p *WorkflowPool) claimKey(ctx context.Context, key string) (string, *keyEn
 			if p.keys == nil {
 				p.keys = map[string]*keyEntry{}
 			}
-			e = &keyEntry{ready: make(chan struct{})}
+			e = &keyEntry{sum: sum, ready: make(chan struct{})}
 			p.keys[key] = e
 			p.mu.Unlock()
 			return "", e, nil
@@ -326,6 +332,9 @@ func (p *WorkflowPool) claimKey(ctx context.Context, key string) (string, *keyEn
 		id := e.id
 		p.mu.Unlock()
 		if id != "" {
+			if e.sum != sum {
+				return "", nil, &IdempotencyConflictError{Key: key, ExistingID: id}
+			}
 			return id, nil, nil
 		}
 		select {

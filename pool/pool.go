@@ -1,9 +1,11 @@
 package pool
 
 import (
+	"bytes"
 	"cmp"
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -331,7 +333,9 @@ func (p *WorkflowPool) named(name string) (*backend, error) {
 // no backend may ever run (strict binding, tags, excluded backends) fails at
 // once with a *NoBackendError. After Stop it returns ErrClosed. A full queue
 // gives the queue's *queue.FullError. An IdempotencyKey already used by a
-// retained job returns that job's ID and a nil error, without a new job.
+// retained job returns that job's ID and a nil error, without a new job,
+// when the workflow is the same, and an *IdempotencyConflictError when it
+// is not.
 // With Config.Accounting, Reserve is called first and its error rejects the
 // job (matching ErrRejected). Enqueue does not wait for the job to run.
 func (p *WorkflowPool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
@@ -366,7 +370,7 @@ func (p *WorkflowPool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *Enq
 		}
 	}
 	if k := o.IdempotencyKey; k != "" {
-		id, ke, err := p.claimKey(ctx, k)
+		id, ke, err := p.claimKey(ctx, k, sha256.Sum256(raw))
 		if err != nil || ke == nil {
 			return id, err
 		}
@@ -418,8 +422,9 @@ func (p *WorkflowPool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byt
 		var de *queue.DuplicateError
 		if errors.As(err, &de) {
 			// The queue still holds the key of a job whose record this
-			// Pool no longer has.
-			return de.ExistingID, nil
+			// Pool no longer has: the same workflow (its payload) gets
+			// that job, another is a conflict.
+			return p.sameWorkflow(ctx, o.IdempotencyKey, de.ExistingID, raw)
 		}
 		return "", fmt.Errorf("pool: enqueue: %w", err)
 	}
@@ -446,6 +451,19 @@ func (p *WorkflowPool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byt
 		p.publishUnschedulable([]Event{unsched})
 	}
 	return js.id, nil
+}
+
+// sameWorkflow returns id when the queue's job id runs the workflow whose
+// JSON is raw, and an *IdempotencyConflictError for key otherwise.
+func (p *WorkflowPool) sameWorkflow(ctx context.Context, key, id string, raw []byte) (string, error) {
+	qj, err := p.q.Get(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("pool: enqueue: read the job holding idempotency key %q: %w", key, err)
+	}
+	if !bytes.Equal(qj.Payload, raw) {
+		return "", &IdempotencyConflictError{Key: key, ExistingID: id}
+	}
+	return id, nil
 }
 
 // Wait waits for the job to end and returns its result. A failed job gives a

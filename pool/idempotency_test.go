@@ -1,0 +1,51 @@
+package pool_test
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/pool"
+)
+
+// Reusing an idempotency key with another workflow is an error naming the
+// job that holds the key, not a silent answer with that job's ID; the same
+// workflow again still gets the first job. Both while the Pool holds the
+// job's record and after it dropped it (the queue still holds the key).
+func TestIdempotencyKeyWithAnotherWorkflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, func(c *pool.Config) { c.MaxRetained = 1 })
+		ctx := t.Context()
+		first, err := b.pool.Enqueue(ctx, zeroWF(t, 1), &pool.EnqueueOpts{IdempotencyKey: "order-7"})
+		require.NoError(t, err)
+		_, err = b.pool.Wait(ctx, first)
+		require.NoError(t, err)
+
+		check := func(t *testing.T) {
+			again, err := b.pool.Enqueue(ctx, zeroWF(t, 1), &pool.EnqueueOpts{IdempotencyKey: "order-7"})
+			require.NoError(t, err)
+			assert.Equal(t, first, again)
+
+			_, err = b.pool.Enqueue(ctx, zeroWF(t, 2), &pool.EnqueueOpts{IdempotencyKey: "order-7"})
+			require.ErrorIs(t, err, pool.ErrIdempotencyConflict)
+			var ce *pool.IdempotencyConflictError
+			require.True(t, errors.As(err, &ce), "%v", err)
+			assert.Equal(t, "order-7", ce.Key)
+			assert.Equal(t, first, ce.ExistingID)
+		}
+		check(t) // the record is held
+
+		// Another job pushes the first one's record out of the Pool
+		// (MaxRetained 1); the queue still holds its key.
+		other, err := b.pool.Enqueue(ctx, zeroWF(t, 3), nil)
+		require.NoError(t, err)
+		_, err = b.pool.Wait(ctx, other)
+		require.NoError(t, err)
+		_, err = b.pool.Job(ctx, first)
+		require.ErrorIs(t, err, pool.ErrNotFound)
+		check(t) // the record was dropped
+	})
+}
