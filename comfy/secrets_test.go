@@ -378,7 +378,10 @@ var hostileKinds = []hostileKind{
 		n.Fail = &comfytest.Failure{ExceptionType: "requests.HTTPError " + quoted[0],
 			ExceptionMessage: strings.Join(quoted, "\n"), Traceback: quoted}
 		nodes["ImageToMask"] = n
-		srv := comfytest.NewServer(&comfytest.Options{Nodes: nodes})
+		// Like a real ComfyUI, the fake writes history after it has sent
+		// execution_error; the delay makes that gap one the test meets
+		// every time rather than under load only.
+		srv := comfytest.NewServer(&comfytest.Options{Nodes: nodes, HistoryDelay: 20 * time.Millisecond})
 		t.Cleanup(srv.Close)
 		c := newClient(srv.URL, func(o *comfy.ClientOptions) { o.HTTPClient = srv.Client() })
 		wf, err := comfy.ParseWorkflow(comfytest.WorkflowFailing)
@@ -390,9 +393,14 @@ var hostileKinds = []hostileKind{
 		_, err = p.Wait(ctx)
 		var ee *comfy.ExecutionError
 		require.ErrorAs(t, err, &ee)
-		h, herr := c.History(ctx, p.ID())
-		require.NoError(t, herr)
-		require.NotNil(t, h)
+		// History follows the socket's error; ask until it is there
+		// (each ask is a real request, bounded by ctx).
+		var h *comfy.HistoryEntry
+		for h == nil {
+			var herr error
+			h, herr = c.History(ctx, p.ID())
+			require.NoError(t, herr)
+		}
 		require.ErrorAs(t, h.Err(), &ee)
 		return []error{err, h.Err()}
 	}},
