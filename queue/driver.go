@@ -94,8 +94,8 @@ type Driver interface {
 	// Cancel cancels a queued, retrying or leased job (voiding the lease
 	// and closing its open attempt, if any, as ClassCancelled, uncounted);
 	// Job.Error becomes p.Error (defaulted by Queue). Cancelling a
-	// cancelled job returns it unchanged; a completed or dead job gives
-	// ErrInvalidState.
+	// cancelled job changes nothing and gives ErrAlreadyCancelled; a
+	// completed or dead job gives ErrInvalidState.
 	Cancel(ctx context.Context, id string, p *CancelParams) (*Job, error)
 	// Retry puts a dead or cancelled job back in the queue by hand: state
 	// queued, AvailableAt now, AttemptsUsed zero, FinishedAt and Error

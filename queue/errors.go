@@ -35,6 +35,13 @@ var (
 	// or was dead-lettered.
 	ErrInvalidState = errors.New("queue: invalid job state")
 
+	// ErrAlreadyCancelled is returned by Cancel for a job that was
+	// cancelled before, so that of several processes cancelling one job
+	// exactly one learns that its call ended the job (and settles what
+	// the end settles: a refund, the terminal event). It matches
+	// ErrInvalidState.
+	ErrAlreadyCancelled = fmt.Errorf("%w: already cancelled", ErrInvalidState)
+
 	// ErrInvalid is wrapped by every error about bad arguments (negative
 	// durations, empty IDs, ...). It names the offending field.
 	ErrInvalid = errors.New("queue: invalid argument")

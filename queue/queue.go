@@ -270,7 +270,8 @@ func (q *Queue) RequeueWith(ctx context.Context, id, token string, p RequeuePara
 // Cancel cancels a queued, retrying or leased job. A leased job's lease is
 // voided: the holder's next Extend/Begin/Complete/Fail/Requeue returns
 // ErrLeaseLost (and Get shows the job cancelled). Cancelling a cancelled job
-// returns it unchanged; a completed or dead job gives ErrInvalidState.
+// changes nothing and gives ErrAlreadyCancelled (so that exactly one caller
+// learns it ended the job); a completed or dead job gives ErrInvalidState.
 func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
 	return q.CancelWith(ctx, id, CancelParams{})
 }

@@ -938,7 +938,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 		why.Class = queue.ClassCancelled
 		q.closeAttempt(&nw, now, why.Class, why, false, false)
 	case cCancelled:
-		return q.toJob(q.rec(slot)), nil
+		return nil, fmt.Errorf("cannot cancel job %s: %w", id, queue.ErrAlreadyCancelled)
 	default:
 		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
 	}

@@ -585,8 +585,12 @@ func testCancel(e *env) {
 	assert.False(e.t, c.FinishedAt.IsZero())
 	assert.Nil(e.t, e.lease(q, queue.LeaseParams{}), "cancelled jobs are not leased")
 	again, err := q.Cancel(e.ctx, j.ID)
-	require.NoError(e.t, err, "cancel is idempotent")
-	assert.Equal(e.t, queue.StateCancelled, again.State)
+	require.ErrorIs(e.t, err, queue.ErrAlreadyCancelled, "only the first cancel ends the job")
+	require.ErrorIs(e.t, err, queue.ErrInvalidState)
+	assert.Nil(e.t, again)
+	g0, err := q.Get(e.ctx, j.ID)
+	require.NoError(e.t, err)
+	assert.Equal(e.t, c.Version, g0.Version, "a second cancel changes nothing")
 
 	// leased: the lease becomes invalid
 	q = e.newQueue()
