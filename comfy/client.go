@@ -102,7 +102,9 @@ type ClientOptions struct {
 	// silent. A silent prompt is thus noticed within SilenceThreshold +
 	// HealthCheckInterval. Defaults to 30s; -1 disables the health check,
 	// including the /queue check that a shrinking queue triggers (which
-	// ends a prompt deleted by someone else with [ErrPromptRemoved]).
+	// ends a prompt deleted by someone else with [ErrPromptRemoved]),
+	// except for prompts attached by [Client.Follow]: their end shows only
+	// that way, so a shrinking queue still has them checked.
 	SilenceThreshold time.Duration
 	// HealthCheckInterval is how often the health check looks for silent
 	// prompts. Defaults to 30s.

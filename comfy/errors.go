@@ -50,6 +50,12 @@ var (
 	// [Client.DeleteQueued], [Client.ClearQueue]) ends with
 	// [ErrInterrupted] instead.
 	ErrPromptRemoved = errors.New("comfy: prompt removed from the server's queue by someone else")
+	// ErrPromptNotFound is returned (wrapped) by [Client.Follow] when the
+	// server has the prompt in neither its queue nor its history: it
+	// never arrived, was deleted before it ran, or the server restarted
+	// or dropped it from its history since. Whatever ran of it left no
+	// result here: submit it again.
+	ErrPromptNotFound = errors.New("comfy: prompt not found on the server")
 )
 
 // HTTPError is an unexpected HTTP status from the server. Body holds at most

@@ -63,6 +63,9 @@ func (s *session) check(prompts []*Prompt, why string, live bool) {
 		}
 		id := p.ID()
 		if running, pending := q.Find(id); running || pending {
+			if running {
+				p.markStarted() // a followed prompt hears nothing of its start
+			}
 			continue
 		}
 		h, err := s.history(id)
@@ -72,7 +75,9 @@ func (s *session) check(prompts []*Prompt, why string, live bool) {
 			continue
 		}
 		if h != nil {
-			if live && s.socketGrace(p) {
+			// A followed prompt's messages go to another socket: there is
+			// nothing to wait for.
+			if live && !p.followed && s.socketGrace(p) {
 				continue // it ended meanwhile and the socket said so
 			}
 			s.log.LogAttrs(s.ctx, slog.LevelInfo, "comfy: "+why+": prompt result recovered from history",
@@ -114,6 +119,13 @@ func (s *session) socketGrace(p *Prompt) bool {
 	return p.settling() || p.hasEnded()
 }
 
+// markStarted records that the server was seen running p.
+func (p *Prompt) markStarted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started = true
+}
+
 // settling reports whether a terminal message for p arrived on the socket.
 func (p *Prompt) settling() bool {
 	p.mu.Lock()
@@ -137,21 +149,28 @@ func (p *Prompt) settling() bool {
 //     queue by someone else ends (ErrPromptRemoved) without waiting for
 //     its silence.
 //
+// A prompt attached by Follow hears nothing on this socket, however it
+// goes (the server sends its messages to the socket that submitted it): a
+// shrinking queue is how its end shows, so it is checked at every shrink,
+// started or not, even when SilenceThreshold disables the health check.
+//
 // The checks run one at a time, on this goroutine; requests that arrive
 // during a check are merged into one.
 func (s *session) healthLoop() {
 	o := s.c.opts
-	if o.SilenceThreshold < 0 {
-		return
+	enabled := o.SilenceThreshold >= 0
+	var tick <-chan time.Time
+	if enabled {
+		t := time.NewTicker(o.HealthCheckInterval)
+		defer t.Stop()
+		tick = t.C
 	}
-	t := time.NewTicker(o.HealthCheckInterval)
-	defer t.Stop()
 	for {
 		queueShrank := false
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		case <-s.queueReq:
 			queueShrank = true
 		}
@@ -166,7 +185,9 @@ func (s *session) healthLoop() {
 		why := "health check"
 		if queueShrank {
 			why = "queue changed"
-			list = s.inFlight(func(p *Prompt) bool { return p.clientID == clientID && !p.hasStarted() })
+			list = s.inFlight(func(p *Prompt) bool {
+				return p.clientID == clientID && (p.followed || enabled && !p.hasStarted())
+			})
 		} else {
 			now := time.Now()
 			list = s.inFlight(func(p *Prompt) bool {

@@ -77,6 +77,21 @@ func (e *HistoryEntry) Err() error {
 	return nil
 }
 
+// cached returns the nodes of the entry's execution_cached message, nil
+// when it has none.
+func (e *HistoryEntry) cached() []string {
+	if e == nil || e.Status == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range e.Status.Messages {
+		if c, ok := m.(*ExecutionCached); ok {
+			out = append(out, c.Nodes...)
+		}
+	}
+	return out
+}
+
 // Files returns every file record in the entry's outputs: nodes in id
 // order (numeric ids numerically), within a node the kinds sorted by name,
 // within a kind in list order.

@@ -69,10 +69,13 @@ type Result struct {
 	// (execution_cached), in message order.
 	Cached []string
 	// NodeErrors holds the validation errors of output nodes that did not
-	// run when the server accepted the prompt with partial errors.
+	// run when the server accepted the prompt with partial errors. Empty
+	// for a prompt attached by [Client.Follow]: only its submitter saw
+	// the POST /prompt answer.
 	NodeErrors map[string]NodeError
 	// Recovered reports that the result was learned from /history by the
-	// health check or after a reconnect, not from the WebSocket.
+	// health check or after a reconnect, not from the WebSocket; it is
+	// always set for a prompt attached by [Client.Follow].
 	Recovered bool
 	// DroppedMessages counts messages not delivered to OnMessage because
 	// it lagged.
@@ -92,12 +95,13 @@ func (r *Result) Files() []FileRef {
 	return out
 }
 
-// Prompt is a prompt submitted by [Client.Submit]. Its methods are safe for
-// concurrent use.
+// Prompt is a prompt submitted by [Client.Submit] or followed by
+// [Client.Follow]. Its methods are safe for concurrent use.
 type Prompt struct {
 	s         *session
 	onMessage func(Message)
-	clientID  string        // of the connection current at submit
+	clientID  string        // of the connection current at submit (or follow)
+	followed  bool          // attached by Follow: submitted by another client, whose socket gets its messages
 	wake      chan struct{} // 1-buffered: messages queued or ended
 	posted    chan struct{} // closed when the POST /prompt answered (or failed)
 	ended     chan struct{} // closed when the outcome is decided
@@ -298,12 +302,18 @@ func (s *session) finish(p *Prompt, res *Result, err error) {
 }
 
 // finishFromHistory ends p with the outcome recorded in its history entry.
+// The cached nodes come from the entry's execution_cached when no message
+// about them reached the socket (a prompt followed, or recovered).
 func (s *session) finishFromHistory(p *Prompt, h *HistoryEntry, recovered bool) {
 	if err := h.Err(); err != nil {
 		s.finish(p, nil, err)
 		return
 	}
-	s.finish(p, p.result(h.Outputs, recovered), nil)
+	res := p.result(h.Outputs, recovered)
+	if res.Cached == nil {
+		res.Cached = h.cached()
+	}
+	s.finish(p, res, nil)
 }
 
 // interrupted returns the error of a prompt that was interrupted.
@@ -424,19 +434,19 @@ func (p *Prompt) settle() {
 			continue
 		}
 		if h != nil {
-			s.finishFromHistory(p, h, false)
+			s.finishFromHistory(p, h, p.followed)
 			return
 		}
 	}
 	s.log.LogAttrs(s.ctx, slog.LevelDebug, "comfy: history did not appear; result built from executed messages",
 		slog.String("prompt_id", id), slog.Int("polls", maxHistoryPolls))
-	s.finish(p, p.result(nil, false), nil)
+	s.finish(p, p.result(nil, p.followed), nil)
 }
 
 // register creates and tracks a prompt before its POST, so that messages
 // arriving before the answer are kept. It returns errNotReady when the
 // socket is not connected (the caller connects again).
-func (s *session) register(id string, o *RunOptions) (*Prompt, error) {
+func (s *session) register(id string, onMessage func(Message), followed bool) (*Prompt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -446,13 +456,18 @@ func (s *session) register(id string, o *RunOptions) (*Prompt, error) {
 		return nil, errNotReady
 	}
 	if _, dup := s.prompts[id]; dup {
-		return nil, fmt.Errorf("comfy: submit: prompt id %s is already in flight", id)
+		op := "submit"
+		if followed {
+			op = "follow"
+		}
+		return nil, fmt.Errorf("comfy: %s: prompt id %s is already in flight", op, id)
 	}
 	p := &Prompt{
 		s:         s,
 		id:        id,
-		onMessage: o.OnMessage,
+		onMessage: onMessage,
 		clientID:  s.clientID,
+		followed:  followed,
 		wake:      make(chan struct{}, 1),
 		posted:    make(chan struct{}),
 		ended:     make(chan struct{}),
@@ -529,7 +544,7 @@ func (c *Client) Submit(ctx context.Context, wf Workflow, opts *RunOptions) (*Pr
 			return nil, fmt.Errorf("comfy: submit: %w", err)
 		}
 		var err error
-		p, err = c.sess.register(id, &o)
+		p, err = c.sess.register(id, o.OnMessage, false)
 		if err != nil && !errors.Is(err, errNotReady) {
 			return nil, err
 		}

@@ -81,7 +81,7 @@ func TestRoutePendingReplayAndCurrentPrompt(t *testing.T) {
 		s.route(&ExecutionStart{PromptID: "other"})
 
 		var got []Message
-		p, err := s.register("p1", &RunOptions{OnMessage: func(m Message) { got = append(got, m) }})
+		p, err := s.register("p1", func(m Message) { got = append(got, m) }, false)
 		require.NoError(t, err)
 		s.route(&Progress{Value: 1, Max: 2}) // old progress without prompt id: "other" is current now
 		s.route(&Executed{PromptID: "p1", Node: "3", Output: Output{"images": []byte(`[]`)}})
@@ -113,7 +113,7 @@ func TestPendingBoundedAndExpired(t *testing.T) {
 			s.route(&Progress{PromptID: "p", Value: float64(i), Max: 5})
 		}
 		var values []float64
-		p, err := s.register("p", &RunOptions{OnMessage: func(m Message) { values = append(values, m.(*Progress).Value) }})
+		p, err := s.register("p", func(m Message) { values = append(values, m.(*Progress).Value) }, false)
 		require.NoError(t, err)
 		synctest.Wait()
 		assert.Equal(t, []float64{2, 3, 4}, values, "only the newest MaxPendingMessages are kept")
@@ -128,12 +128,12 @@ func TestSlowOnMessageDropsOnlyProgress(t *testing.T) {
 		s := &c.sess
 		release := make(chan struct{})
 		var got []Message
-		p, err := s.register("p", &RunOptions{OnMessage: func(m Message) {
+		p, err := s.register("p", func(m Message) {
 			got = append(got, m)
 			if len(got) == 1 {
 				<-release
 			}
-		}})
+		}, false)
 		require.NoError(t, err)
 		s.route(&ExecutionStart{PromptID: "p"})
 		synctest.Wait() // the dispatcher is now stuck in OnMessage
@@ -160,7 +160,7 @@ func TestSlowOnMessageDropsOnlyProgress(t *testing.T) {
 func BenchmarkRouteProgress(b *testing.B) {
 	c := testSession(b, nil)
 	s := &c.sess
-	p, err := s.register("p", &RunOptions{OnMessage: func(Message) {}})
+	p, err := s.register("p", func(Message) {}, false)
 	require.NoError(b, err)
 	m := &Progress{PromptID: "p", Node: "1", Value: 1, Max: 20}
 	b.ReportAllocs()
