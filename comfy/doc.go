@@ -65,6 +65,16 @@
 // have not started checked at once. A result learned that way has
 // [Result].Recovered set.
 //
+// [Client.Follow] attaches to a prompt the server already has, submitted
+// by another client (a process that died, or an earlier life of this
+// one): it asks /history then /queue then /history again, and returns a
+// [Prompt] already ended with the recorded outcome, or one that follows
+// the queued or running prompt to its end as a submitted one is followed,
+// or an error wrapping [ErrPromptNotFound] when the server has neither:
+// submit it again. The server sends a prompt's messages only to the
+// socket that submitted it, so a followed prompt learns its end from the
+// server: every status broadcast showing the queue shrank has it checked.
+//
 // # WebSocket messages
 //
 // [DecodeMessage] turns a JSON text frame into a typed [Message]
@@ -84,7 +94,8 @@
 // validation failure of POST /prompt, [*ExecutionError] a node that raised
 // while running, [ErrInterrupted] an interrupted prompt, [ErrBadResponse] an
 // answer that could not be decoded, [ErrPromptLost] a prompt the server
-// forgot. Accessors state what happened without deciding anything:
+// forgot, [ErrPromptNotFound] a prompt to follow that the server does not
+// have. Accessors state what happened without deciding anything:
 // [StatusCode] extracts an HTTP status, [PromptError.MissingOnServer] tells
 // a node class or model this server lacks from a bad workflow,
 // [ExecutionError.OutOfMemory] an out-of-memory failure, [IsNetworkError] a
