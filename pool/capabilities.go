@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -523,6 +524,9 @@ func (p *WorkflowPool) recheck() {
 		if ev := p.applyLocked(js, s, why); ev.Kind != "" {
 			evs = append(evs, ev)
 		}
+		if js.status != StatusUnschedulable {
+			delete(p.jobs, js.id) // runnable again: it waits in the queue only
+		}
 	}
 	p.mu.Unlock()
 	p.publishUnschedulable(evs)
@@ -551,14 +555,50 @@ func (p *WorkflowPool) checkUnschedulable(wf comfy.Workflow, wh string, o *Enque
 	return nil
 }
 
-// admitLocked computes a new job's needs and its first status. Caller
-// holds p.mu; the returned event (if any) is published after job:queued.
-func (p *WorkflowPool) admitLocked(js *jobState) Event {
+// admitLocked judges a new job waiting in the queue: when no backend can
+// run it, the Pool tracks it (in p.jobs, as unschedulable) and returns the
+// job:unschedulable event to publish after job:queued. Other waiting jobs
+// the Pool does not hold in memory. Caller holds p.mu.
+func (p *WorkflowPool) admitLocked(id string, wf comfy.Workflow, wh string, o *EnqueueOpts, needs []string) Event {
 	if p.cfg.Capabilities.Disable {
 		return Event{}
 	}
-	js.needsGen = p.caps.gen + 1 // js.needs were computed by the caller under this lock
-	return p.settleStatusLocked(js, js.needs)
+	js := &jobState{id: id, wf: wf, hash: wh, opts: *o, excluded: o.ExcludeBackends, needs: needs,
+		needsGen: p.caps.gen + 1, status: StatusQueued, done: make(chan struct{}), cancelCh: make(chan struct{})}
+	if p.evaluateLocked(js, needs) != schedUnschedulable {
+		return Event{}
+	}
+	ev := p.settleStatusLocked(js, needs)
+	js.opts.Inputs = nil // the waiting view needs their targets only
+	for _, f := range o.Inputs {
+		js.opts.Inputs = append(js.opts.Inputs, InputFile{Name: f.Name, Targets: f.Targets})
+	}
+	p.jobs[id] = js
+	return ev
+}
+
+// templateNeedsLocked returns what a job of t needs, wf being t's
+// workflow with the job's overrides when they matter to routing: computed
+// once per template while the backends' capabilities do not change.
+// Caller holds p.mu.
+func (p *WorkflowPool) templateNeedsLocked(t *Template, wf comfy.Workflow, inputs []InputFile) []string {
+	if p.cfg.Capabilities.Disable {
+		return nil
+	}
+	if len(inputs) > 0 || !sameWorkflow(wf, t.wf) {
+		return p.needsOfLocked(wf, inputs)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.needsGen != p.caps.gen+1 {
+		t.needs, t.needsGen = p.needsOfLocked(t.wf, nil), p.caps.gen+1
+	}
+	return t.needs
+}
+
+// sameWorkflow reports whether a and b are the same map (not a copy).
+func sameWorkflow(a, b comfy.Workflow) bool {
+	return len(a) == len(b) && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // unmetLocked is the check of a leased job before its prompt is sent: the
@@ -598,6 +638,12 @@ func (p *WorkflowPool) reroute(b *backend, js *jobState, token string, needs []s
 	js.leased, js.status = false, StatusQueued
 	ev := p.settleStatusLocked(js, needs)
 	cancelled := js.cancelled
+	if !cancelled && js.status != StatusUnschedulable {
+		if p.jobs[js.id] == js {
+			delete(p.jobs, js.id) // it waits in the queue only
+		}
+		p.noteQueuedLocked(js.hash, 1)
+	}
 	p.mu.Unlock()
 	if cancelled { // Cancel (or a timeout) left the job to this runner
 		p.endWaiting(js)
@@ -639,6 +685,7 @@ func (p *WorkflowPool) missingEverywhere(ctx context.Context, js *jobState, b *b
 	js.attempts = append(js.attempts, att)
 	js.requeued++ // listed, not counted against MaxAttempts
 	js.lastErr = err
+	p.tried[js.id] = slices.Clone(js.attempts) // before the job can be leased again
 	p.mu.Unlock()
 	if needs == nil {
 		needs = []string{}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/queue"
 )
 
 // The ClientManager is the part of a WorkflowPool that knows its backends
@@ -28,12 +29,30 @@ import (
 // claimRound is what one dispatch round may use: the claimable backends
 // as the Policy sees them, the backends by name, the workflows of waiting
 // jobs that prefer each backend (EnqueueOpts.PreferBackends), and the
-// enqueue sequence number the round knows of (see lease).
+// time of the round: jobs enqueued after it were not known to its order
+// (see lease).
 type claimRound struct {
 	cands     []Candidate
 	byName    map[string]*backend
 	preferred map[string][]string
-	seen      uint64
+	seen      roundMark
+}
+
+// roundMark is what a dispatch round knew of: the time it began and the
+// number of jobs this Pool had enqueued.
+type roundMark struct {
+	at       time.Time
+	enqueued uint64
+}
+
+// newer reports whether qj may have been enqueued after the round began
+// (by this Pool, or by another at or after the round's time) without the
+// round's order knowing of it.
+func (m roundMark) newer(p *WorkflowPool, qj *queue.Job) bool {
+	if len(qj.Attempts) > 0 || qj.EnqueuedAt.Before(m.at) {
+		return false
+	}
+	return qj.EnqueuedAt.After(m.at) || p.enqueued.Load() != m.enqueued
 }
 
 // claim lists the backends that may take a job now.
@@ -49,22 +68,15 @@ func (p *WorkflowPool) claim() claimRound {
 	}
 	p.mu.Lock()
 	now := time.Now()
-	seen := p.enqueued                // the jobs this round's order knows of
-	var preferred map[string][]string // backend -> workflows of jobs preferring it
-	for js := range p.prefer {
-		if js.terminal {
-			delete(p.prefer, js)
-			continue
-		}
-		if js.leased || js.status == StatusRunning {
-			continue
-		}
-		for _, name := range js.opts.PreferBackends {
+	seen := roundMark{at: now, enqueued: p.enqueued.Load()} // jobs enqueued later were not known to this round's order
+	var preferred map[string][]string                       // backend -> workflows of jobs preferring it
+	for _, e := range p.prefer {
+		for _, name := range e.backends {
 			if preferred == nil {
 				preferred = map[string][]string{}
 			}
-			if !slices.Contains(preferred[name], js.hash) {
-				preferred[name] = append(preferred[name], js.hash)
+			if !slices.Contains(preferred[name], e.hash) {
+				preferred[name] = append(preferred[name], e.hash)
 			}
 		}
 	}
@@ -74,7 +86,7 @@ func (p *WorkflowPool) claim() claimRound {
 		if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready {
 			continue
 		}
-		_, pending := p.workflows[b.last]
+		pending := p.workflows[b.last] > 0
 		cands = append(cands, Candidate{
 			Name: b.cfg.Name, Index: b.index, InFlight: b.inflight, MaxInFlight: b.cfg.MaxInFlight,
 			Last: b.last, LastPending: b.last != "" && pending,

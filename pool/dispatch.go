@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -40,18 +41,6 @@ func (p *WorkflowPool) dispatchLoop() {
 			return
 		}
 	}
-}
-
-// notePreferLocked registers a job with EnqueueOpts.PreferBackends, for
-// dispatch. Caller holds p.mu.
-func (p *WorkflowPool) notePreferLocked(js *jobState) {
-	if len(js.opts.PreferBackends) == 0 {
-		return
-	}
-	if p.prefer == nil {
-		p.prefer = map[*jobState]struct{}{}
-	}
-	p.prefer[js] = struct{}{}
 }
 
 // dispatch leases jobs for free backends until none can take more. Each
@@ -116,7 +105,7 @@ func (p *WorkflowPool) dispatch() {
 // stale reported: the round's order did not account for it (a backend
 // ordered earlier, which it prefers or whose warm workflow it has, leased
 // nothing before it existed), so the round must order the backends again.
-func (p *WorkflowPool) lease(b *backend, prefer []string, seen uint64) (leased, stale bool) {
+func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale bool) {
 	p.mu.Lock()
 	if b.draining || b.inflight >= b.cfg.MaxInFlight {
 		p.mu.Unlock()
@@ -139,6 +128,7 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen uint64) (leased, 
 		Backend: b.cfg.Name, Workflows: b.workflows, Tags: b.tags, Has: has,
 		Duration: p.cfg.LeaseDuration, ExcludeWorkflows: excl, PreferWorkflows: prefer,
 	}
+	lp.Tags = append(slices.Clone(lp.Tags), p.localTag) // jobs whose inputs only this process can read
 	qj, err := retryQueue(p.hardCtx, p.stopCh, func(ctx context.Context) (*queue.Job, error) { return p.q.Lease(ctx, lp) })
 	if err != nil || qj == nil {
 		if err != nil && !errors.Is(err, queue.ErrClosed) {
@@ -156,10 +146,10 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen uint64) (leased, 
 	}
 	p.mu.Lock()
 	b.leasing--
-	js := p.jobs[qj.ID]
-	newer := js != nil && js.seq > seen
+	p.noteQueuedLocked(qj.Workflow, -1)
+	delete(p.prefer, qj.ID)
 	p.mu.Unlock()
-	if newer {
+	if seen.newer(p, qj) {
 		ctx, cancel := bgCtx()
 		_, err := p.q.Requeue(ctx, qj.ID, qj.LeaseToken)
 		cancel()
@@ -167,7 +157,9 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen uint64) (leased, 
 			p.mu.Lock()
 			b.inflight--
 			p.idleLocked(b)
+			p.noteQueuedLocked(qj.Workflow, 1)
 			p.mu.Unlock()
+			p.notePrefer(qj)
 			return false, true
 		}
 		// Still leased: run it here rather than leave it waiting.
@@ -237,23 +229,31 @@ func bgCtx() (context.Context, context.CancelFunc) {
 func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 	sl := &slot{b: b}
 	defer p.free(sl) // unless finish freed it
-	p.mu.Lock()
-	js := p.jobs[qj.ID]
-	if js == nil {
-		p.mu.Unlock()
+	js, err := p.rebuild(b.ctx, qj)
+	if err != nil {
+		// The record cannot be run by anyone (its workflow or options
+		// do not parse): a fault of the job, not of the backend.
+		p.log.Error("a leased job cannot be rebuilt from its record", "job_id", qj.ID, "error", err)
 		ctx, cancel := bgCtx()
 		defer cancel()
-		_, _ = p.q.Fail(ctx, qj.ID, qj.LeaseToken, queue.FailParams{Error: queue.ErrorSummary{Message: "pool: job unknown to this pool"}, NoRetry: true})
-		p.log.Error("leased a job this pool does not know", "job_id", qj.ID)
+		if fj, ferr := p.q.Fail(ctx, qj.ID, qj.LeaseToken, queue.FailParams{Error: summarize(failover.ClassWorkflow.String(), err), NoRetry: true}); ferr == nil && fj.State.Terminal() {
+			p.ended(fj, err)
+		}
 		return
 	}
+	p.mu.Lock()
 	js.leased, js.lease = true, qj.LeaseToken
 	js.slot = sl
+	if prev := p.jobs[qj.ID]; prev != nil && prev != js {
+		prev.terminal = true // a waiting (unschedulable) view: this run replaces it
+	}
+	p.jobs[qj.ID] = js
 	if js.cancelled || js.terminal {
 		p.mu.Unlock()
 		p.settleCancelled(js, qj.LeaseToken)
 		return
 	}
+	p.armTimeoutsLocked(js)
 	if needs := p.unmetLocked(b, js); needs != nil { // capabilities.go: b lacks what the job needs
 		p.mu.Unlock()
 		p.reroute(b, js, qj.LeaseToken, needs)
@@ -272,6 +272,14 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 	ctx := b.ctx
 	promptID := uuid.NewString()
 	att.PromptID = promptID
+	// The prompt is written down before it is sent: a Pool taking the job
+	// over should this one die asks b about it.
+	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
+		return p.q.Begin(ctx, js.id, qj.LeaseToken, queue.BeginParams{Backend: b.cfg.Name, PromptID: promptID})
+	}); err != nil {
+		p.settle(ctx, js, b, qj.LeaseToken, att, fmt.Errorf("pool: record the attempt: %w", err))
+		return
+	}
 	var startedOnce, execOnce sync.Once
 	execStarted := make(chan struct{})
 	emitStarted := func(id string) {
@@ -441,7 +449,11 @@ func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Att
 	ctx, cancel := bgCtx()
 	defer cancel()
 	p.fo.RecordSuccess(failover.Key{Backend: b.cfg.Name, Workflow: js.hash})
-	_, cerr := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Complete(ctx, js.id, token, nil) })
+	stored, err := json.Marshal(storedResult{Backend: b.cfg.Name, PromptID: cres.PromptID, Outputs: cres.Outputs, Recovered: cres.Recovered})
+	if err != nil {
+		p.log.Error("a result cannot be stored", "job_id", js.id, "error", err)
+	}
+	_, cerr := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Complete(ctx, js.id, token, stored) })
 	p.mu.Lock()
 	b.last = js.hash
 	js.attempts = append(js.attempts, att)
@@ -466,22 +478,45 @@ func (p *WorkflowPool) settleCancelled(js *jobState, token string) {
 	p.mu.Unlock()
 	ctx, cancel := bgCtx()
 	defer cancel()
-	// The cancel or timeout is final in the Pool's view. Should the queue
-	// not record it, the job is settled again if it is ever leased again.
 	if timedOut != nil {
-		if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
-			return p.q.Fail(ctx, js.id, token, queue.FailParams{Error: queue.ErrorSummary{Message: timedOut.Error()}, NoRetry: true})
-		}); err != nil {
+		_, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
+			return p.q.Fail(ctx, js.id, token, queue.FailParams{Error: summarize(classTimeout, timedOut), NoRetry: true})
+		})
+		if errors.Is(err, queue.ErrLeaseLost) {
+			p.finishAsRecorded(js) // ended by someone else meanwhile
+			return
+		}
+		if err != nil {
 			p.log.Warn("fail of a timed-out job failed", "job_id", js.id, "error", err)
 		}
 		p.finish(js, StatusFailed, nil, timedOut)
 		return
 	}
-	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) }); err != nil &&
-		!errors.Is(err, queue.ErrInvalidState) {
+	_, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) })
+	if errors.Is(err, queue.ErrInvalidState) {
+		p.finishAsRecorded(js) // another caller ended it: it settles the end
+		return
+	}
+	if err != nil {
 		p.log.Warn("cancel failed", "job_id", js.id, "error", err)
 	}
 	p.finish(js, StatusCancelled, nil, ErrCancelled)
+}
+
+// finishAsRecorded ends js as its record says, the end having been
+// written by another caller (a Cancel, a timeout, another process), who
+// settles Accounting.
+func (p *WorkflowPool) finishAsRecorded(js *jobState) {
+	p.mu.Lock()
+	js.endedElsewhere = true
+	p.mu.Unlock()
+	qj := p.readBack(js)
+	if qj == nil || !qj.State.Terminal() {
+		p.finish(js, StatusCancelled, nil, ErrCancelled)
+		return
+	}
+	res, err := p.outcomeOf(qj)
+	p.finish(js, statusOf(qj), res, err)
 }
 
 // settle handles a failed attempt (err != nil).
@@ -503,8 +538,11 @@ func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, tok
 		p.mu.Lock()
 		js.attempts = append(js.attempts, att)
 		js.requeued++
+		p.tried[js.id] = slices.Clone(js.attempts) // before the job can be leased again
 		p.mu.Unlock()
-		qj, rerr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Requeue(ctx, js.id, token) })
+		qj, rerr := retryQueue(qctx, nil, func(ctx context.Context) (*queue.Job, error) {
+			return p.q.RequeueWith(ctx, js.id, token, queue.RequeueParams{Error: summarize(failover.ClassCancelled.String(), att.Err)})
+		})
 		if rerr != nil {
 			p.log.Warn("requeue on stop failed; reading the job back", "job_id", js.id, "error", rerr)
 			qj = p.readBack(js)
@@ -520,13 +558,14 @@ func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, tok
 	p.mu.Lock()
 	js.attempts = append(js.attempts, att)
 	js.lastErr = err
+	p.tried[js.id] = slices.Clone(js.attempts) // before the job can be leased again
 	n := len(js.attempts)
 	counted := n - js.requeued // attempts against MaxAttempts
 	// Exclude the failed backend from the retry only if another backend may
 	// run the job; otherwise the retry waits for this one's cooldown.
 	exclude := p.runnableElsewhereLocked(js, b) // capabilities.go
 	p.mu.Unlock()
-	why := queue.ErrorSummary{Class: class.String(), Message: err.Error()}
+	why := summarize(class.String(), err)
 	fp := queue.FailParams{Error: why, NoRetry: true}
 	delay := p.backoff(counted)
 	if class.Retried() {
@@ -540,11 +579,6 @@ func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, tok
 	if !p.adopt(js, token, qj, nil, err) {
 		return // ended, or still held: the queue's record decides
 	}
-	p.mu.Lock()
-	if exclude {
-		js.excluded = append(js.excluded, b.cfg.Name)
-	}
-	p.mu.Unlock()
 	p.log.Info("job retrying", "job_id", js.id, "backend", b.cfg.Name, "attempt", n, "retry_after", delay, "error", err)
 	p.events.publish(Event{Kind: EventJobRetrying, JobID: js.id, Backend: b.cfg.Name, Attempt: n, PromptID: att.PromptID, Err: err, RetryAfter: delay})
 }

@@ -101,7 +101,8 @@ type OutputEvent struct {
 
 type subscription struct {
 	ch    chan Event
-	kinds map[EventKind]bool
+	kinds map[EventKind]bool // nil: a job's subscription (every kind)
+	job   string
 }
 
 // bus fans events out to subscribers without ever blocking.
@@ -109,6 +110,7 @@ type bus struct {
 	size    int
 	mu      sync.Mutex
 	subs    map[*subscription]struct{}
+	byJob   map[string]map[*subscription]struct{} // one job's subscribers (Watch)
 	closed  bool
 	dropped atomic.Int64
 	onDrop  func()
@@ -145,6 +147,36 @@ func (b *bus) subscribe(kinds []EventKind) (<-chan Event, func()) {
 	}
 }
 
+// subscribeJob subscribes to every event of one job, with a channel of
+// size events. Publishing costs nothing for other jobs' subscribers.
+func (b *bus) subscribeJob(id string, size int) (<-chan Event, func()) {
+	s := &subscription{ch: make(chan Event, size), job: id}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		close(s.ch)
+		return s.ch, func() {}
+	}
+	if b.byJob == nil {
+		b.byJob = map[string]map[*subscription]struct{}{}
+	}
+	if b.byJob[id] == nil {
+		b.byJob[id] = map[*subscription]struct{}{}
+	}
+	b.byJob[id][s] = struct{}{}
+	return s.ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := b.byJob[id][s]; ok {
+			delete(b.byJob[id], s)
+			if len(b.byJob[id]) == 0 {
+				delete(b.byJob, id)
+			}
+			close(s.ch)
+		}
+	}
+}
+
 func (b *bus) publish(e Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
@@ -152,16 +184,25 @@ func (b *bus) publish(e Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
-		if !s.kinds[e.Kind] {
-			continue
+		if s.kinds[e.Kind] {
+			b.send(s, e)
 		}
-		select {
-		case s.ch <- e:
-		default:
-			b.dropped.Add(1)
-			if b.onDrop != nil {
-				b.onDrop()
-			}
+	}
+	if e.JobID != "" {
+		for s := range b.byJob[e.JobID] {
+			b.send(s, e)
+		}
+	}
+}
+
+// send delivers e to s without blocking. Caller holds b.mu.
+func (b *bus) send(s *subscription, e Event) {
+	select {
+	case s.ch <- e:
+	default:
+		b.dropped.Add(1)
+		if b.onDrop != nil {
+			b.onDrop()
 		}
 	}
 }
@@ -177,4 +218,10 @@ func (b *bus) close() {
 		close(s.ch)
 	}
 	b.subs = nil
+	for _, subs := range b.byJob {
+		for s := range subs {
+			close(s.ch)
+		}
+	}
+	b.byJob = nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/comfypool/comfypool/queue"
 )
 
 // ErrRejected is matched by the error Enqueue returns when
@@ -95,24 +97,25 @@ func (p *WorkflowPool) settleAccount(info *JobInfo, res *Result, why error) {
 	a.Refund(ctx, info, why)
 }
 
-// refundUnfinished refunds every job that has not ended: the Pool is
-// stopping and will never settle it. Called by Stop once the runners are
-// done.
+// refundUnfinished refunds every reserved job that has not ended when the
+// Pool's own queue is about to close with it (Config.Queue unset): the
+// jobs are lost and no one else will settle them. Jobs in a queue the
+// caller supplied outlive the Pool; whichever Pool ends them settles them.
+// Called by Stop once the runners are done.
 func (p *WorkflowPool) refundUnfinished() {
-	if p.cfg.Accounting == nil {
+	if p.cfg.Accounting == nil || !p.ownQueue {
 		return
 	}
-	var infos []*JobInfo
-	p.mu.Lock()
-	for _, js := range p.jobs {
-		if !js.terminal {
-			if info := p.accountLocked(js); info != nil {
-				infos = append(infos, info)
-			}
+	ctx, cancel := bgCtx()
+	defer cancel()
+	err := p.eachUnfinished(ctx, []queue.State{queue.StateQueued, queue.StateRetrying, queue.StateLeased}, func(qj *queue.Job) {
+		s, err := decodeSpec(qj.Payload)
+		if err != nil || !s.Reserved {
+			return
 		}
-	}
-	p.mu.Unlock()
-	for _, info := range infos {
-		p.settleAccount(info, nil, ErrClosed)
+		p.settleAccount(infoOf(qj, s), nil, ErrClosed)
+	})
+	if err != nil {
+		p.log.Error("refunding the unfinished jobs failed", "error", err)
 	}
 }

@@ -333,21 +333,40 @@ func TestStopAndCancel(t *testing.T) {
 	})
 }
 
+// Retention bounds how long the Pool keeps a job's full outcome in memory
+// (downloaded outputs, whole error chains); after it, Job and Wait answer
+// from the queue's record, until the queue drops the record.
 func TestRetentionByTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, 1, nil, func(c *pool.Config) { c.Retention = time.Minute })
-		res, err := b.pool.Run(t.Context(), zeroWF(t, 0), nil)
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		q := queue.New(d)
+		defer q.Close()
+		b := setup(t, 1, nil, func(c *pool.Config) { c.Retention = time.Minute; c.Queue = q })
+		res, err := b.pool.Run(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{DownloadOutputs: true})
 		require.NoError(t, err)
 		time.Sleep(59 * time.Second) // fake time
-		_, err = b.pool.Job(t.Context(), res.JobID)
+		kept, err := b.pool.Wait(t.Context(), res.JobID)
 		require.NoError(t, err, "kept for Retention")
+		require.NotEmpty(t, kept.OutputFiles())
+		assert.NotNil(t, kept.OutputFiles()[0].Data, "the downloaded bytes are kept")
 		time.Sleep(2 * time.Second)
+		info, err := b.pool.Job(t.Context(), res.JobID)
+		require.NoError(t, err, "the queue's record answers after Retention")
+		assert.Equal(t, pool.StatusCompleted, info.Status)
+		rec, err := b.pool.Wait(t.Context(), res.JobID)
+		require.NoError(t, err)
+		assert.Equal(t, res.Files(), rec.Files())
+		require.Len(t, rec.OutputFiles(), len(kept.OutputFiles()))
+		assert.Nil(t, rec.OutputFiles()[0].Data, "memory freed: the file is read from its backend again")
+
+		n, err := q.Purge(t.Context(), queue.PurgeParams{})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
 		_, err = b.pool.Job(t.Context(), res.JobID)
-		require.ErrorIs(t, err, pool.ErrNotFound, "dropped after Retention, with no other activity")
+		require.ErrorIs(t, err, pool.ErrNotFound, "gone once the queue dropped it")
 		_, err = b.pool.Wait(t.Context(), res.JobID)
 		require.ErrorIs(t, err, pool.ErrNotFound)
-		st := b.pool.Stats(t.Context())
-		assert.Zero(t, st.Jobs[pool.StatusCompleted])
 	})
 }
 

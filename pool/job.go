@@ -1,9 +1,9 @@
 package pool
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/queue"
 )
 
 // EnqueueOpts are the per-job options of Enqueue. A nil *EnqueueOpts means
@@ -206,7 +207,7 @@ type jobState struct {
 	hash        string
 	opts        EnqueueOpts
 	maxAttempts int
-	seq         uint64 // Pool.enqueued when it was stored (see lease)
+	spec        *spec // the record's Payload
 
 	// Guarded by Pool.mu.
 	status     Status
@@ -225,13 +226,15 @@ type jobState struct {
 	startedAt  time.Time
 	finishedAt time.Time
 	timers     []*time.Timer
-	retained   *list.Element
 	slot       *slot // the backend slot of the job's latest runner (dispatch.go)
 
-	reservation string       // Accounting.Reserve's answer
-	reserved    bool         // Reserve succeeded: one Consume/Refund is due
-	accounted   bool         // that Consume/Refund was claimed
-	downloads   []OutputFile // eagerly downloaded outputs of the last attempt
+	reservation string // Accounting.Reserve's answer
+	reserved    bool   // Reserve succeeded: one Consume/Refund is due
+	accounted   bool   // that Consume/Refund was claimed
+	// endedElsewhere: the job's end was written by another caller (a
+	// Cancel, a timeout, another process), who settles it.
+	endedElsewhere bool
+	downloads      []OutputFile // eagerly downloaded outputs of the last attempt
 
 	needs    []string            // what it needs with the Pool's latest knowledge (capabilities.go)
 	needsGen uint64              // capsRegistry.gen+1 when needs were computed; 0 never
@@ -257,44 +260,6 @@ func (js *jobState) info() *JobInfo {
 		Backend: js.backend, PromptID: js.promptID,
 		EnqueuedAt: js.enqueuedAt, StartedAt: js.startedAt, FinishedAt: js.finishedAt,
 		LastError: js.lastErr, Reservation: js.reservation, Unschedulable: js.unsched,
-	}
-}
-
-// armTimeouts starts the queue and overall timers. Called with Pool.mu held.
-func (p *WorkflowPool) armTimeouts(js *jobState) {
-	t := js.opts.Timeouts
-	if t.Queue > 0 {
-		js.timers = append(js.timers, time.AfterFunc(t.Queue, func() { p.timeout(js, "queue") }))
-	}
-	if t.Overall > 0 {
-		js.timers = append(js.timers, time.AfterFunc(t.Overall, func() { p.timeout(js, "overall") }))
-	}
-}
-
-// timeout fires a queue or overall timeout: a job not yet started is
-// removed from the queue and failed here; a running one is told through
-// cancelCh and its runner ends it.
-func (p *WorkflowPool) timeout(js *jobState, which string) {
-	p.mu.Lock()
-	if js.terminal || js.cancelled || (which == "queue" && (js.status == StatusRunning || js.promptID != "")) {
-		p.mu.Unlock()
-		return
-	}
-	err := &TimeoutError{Which: which}
-	js.timedOut = err
-	js.cancelled = true
-	close(js.cancelCh)
-	owned := js.leased
-	p.mu.Unlock()
-	if owned {
-		return // the runner interrupts and fails the job
-	}
-	_, _ = p.q.Cancel(p.hardCtx, js.id)
-	p.mu.Lock()
-	owned = js.leased
-	p.mu.Unlock()
-	if !owned {
-		p.finish(js, StatusFailed, nil, err)
 	}
 }
 
@@ -326,6 +291,15 @@ func (p *WorkflowPool) claimKey(ctx context.Context, key string, sum [sha256.Siz
 			}
 			e = &keyEntry{sum: sum, ready: make(chan struct{})}
 			p.keys[key] = e
+			p.keyOrder = append(p.keyOrder, key)
+			for len(p.keyOrder) > p.cfg.MaxRetained {
+				// The queue still holds older keys: Enqueue learns of them
+				// from its DuplicateError.
+				if old := p.keys[p.keyOrder[0]]; old != nil && old.id != "" {
+					delete(p.keys, p.keyOrder[0])
+				}
+				p.keyOrder = p.keyOrder[1:]
+			}
 			p.mu.Unlock()
 			return "", e, nil
 		}
@@ -351,7 +325,90 @@ func (p *WorkflowPool) releaseKey(key string, e *keyEntry) {
 	p.mu.Lock()
 	if e.id == "" && p.keys[key] == e {
 		delete(p.keys, key)
+		p.keyOrder = slices.DeleteFunc(p.keyOrder, func(k string) bool { return k == key })
 	}
 	p.mu.Unlock()
 	close(e.ready)
+}
+
+// rebuild makes the runner's view of a leased job from its record alone:
+// any Pool on the queue can run any job, whoever enqueued it.
+func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, error) {
+	s, err := decodeSpec(qj.Payload)
+	if err != nil {
+		return nil, err
+	}
+	wf, err := p.workflowOf(ctx, qj)
+	if err != nil {
+		return nil, err
+	}
+	js := &jobState{
+		id: qj.ID, wf: wf, hash: qj.Workflow, spec: s, status: StatusQueued,
+		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts,
+		done: make(chan struct{}), cancelCh: make(chan struct{}),
+		excluded: slices.Clone(qj.ExcludeBackends), needs: slices.Clone(qj.Needs),
+		reservation: s.Reservation, reserved: s.Reserved,
+		attempts: attemptsOf(qj.Attempts),
+		opts: EnqueueOpts{
+			Priority: qj.Priority, Metadata: maps.Clone(qj.Metadata), MaxAttempts: qj.MaxAttempts,
+			IdempotencyKey: qj.IdempotencyKey, Tags: userTags(qj.Requires),
+			ExcludeBackends: slices.Clone(qj.ExcludeBackends), PreferBackends: s.PreferBackends,
+			Timeouts:        Timeouts{Queue: s.QueueTimeout, Start: s.StartTimeout, Overall: s.OverallTimeout},
+			DownloadOutputs: s.DownloadOutputs,
+		},
+	}
+	for _, a := range qj.Attempts {
+		if !a.Counted {
+			js.requeued++
+		}
+	}
+	p.mu.Lock()
+	js.attempts = p.richAttemptsLocked(qj.ID, js.attempts)
+	p.mu.Unlock()
+	if n := len(js.attempts); n > 0 {
+		js.lastErr = js.attempts[n-1].Err
+	}
+	if len(s.Inputs) > 0 {
+		p.mu.Lock()
+		local := p.local[qj.ID]
+		p.mu.Unlock()
+		for i, in := range s.Inputs {
+			f := InputFile{Name: in.Name, Data: in.Data, Source: in.Source, Targets: in.Targets}
+			if in.Local {
+				if i >= len(local) || local[i].Open == nil {
+					return nil, &InputError{Name: in.Name, Err: errors.New("its content is read by a func of the process that enqueued the job, which is not this one")}
+				}
+				f.Open = local[i].Open
+			}
+			js.opts.Inputs = append(js.opts.Inputs, f)
+		}
+	}
+	return js, nil
+}
+
+// armTimeoutsLocked starts the queue and overall timers of a job this
+// Pool runs, from the record's absolute deadlines. A deadline already
+// passed fires at once. Caller holds p.mu.
+func (p *WorkflowPool) armTimeoutsLocked(js *jobState) {
+	arm := func(at time.Time, which string) {
+		if at.IsZero() {
+			return
+		}
+		id := js.id
+		js.timers = append(js.timers, time.AfterFunc(max(time.Until(at), 0), func() { p.timeout(id, which) }))
+	}
+	arm(js.spec.QueueDeadline, "queue")
+	arm(js.spec.OverallDeadline, "overall")
+}
+
+// notePrefer registers a job given back to the queue that prefers some
+// backends, for the dispatcher's order.
+func (p *WorkflowPool) notePrefer(qj *queue.Job) {
+	s, err := decodeSpec(qj.Payload)
+	if err != nil || len(s.PreferBackends) == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.prefer[qj.ID] = preferEntry{hash: qj.Workflow, backends: s.PreferBackends}
+	p.mu.Unlock()
 }

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/queue"
 )
 
 // errStopped is the cause of the contexts cancelled when Stop gives up
@@ -51,6 +53,7 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 		p.wg.Go(func() { p.watch(b) })
 	}
 	p.mu.Unlock()
+	p.startFeed()
 	p.wg.Go(p.dispatchLoop)
 	p.log.Info("pool started", "backends", len(list))
 	p.events.publish(Event{Kind: EventPoolReady})
@@ -167,6 +170,9 @@ func (p *WorkflowPool) beginStop() {
 		return
 	}
 	p.stopping = true
+	if p.dlTimer != nil {
+		p.dlTimer.Stop()
+	}
 	close(p.stopCh) // producers first: dispatcher and watchers
 	go p.finishStop()
 }
@@ -181,9 +187,8 @@ func (p *WorkflowPool) finishStop() {
 		p.ownFo.Close()
 	}
 	p.closeClients()
-	if p.ownQueue {
-		_ = p.q.Close()
-	}
+	// The Pool's own queue stays readable (Job, Wait, List answer from
+	// it); it has nothing to stop.
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
@@ -197,45 +202,58 @@ func (p *WorkflowPool) finishStop() {
 // Stopped returns a channel closed when Stop has finished.
 func (p *WorkflowPool) Stopped() <-chan struct{} { return p.stoppedCh }
 
-// StopAndCancel cancels every job that has not ended, then stops the Pool
-// like Stop. Queued and retrying jobs are removed from the queue; running
-// prompts are interrupted on their backends; every such job ends as
-// cancelled (job:cancelled, Wait gives ErrCancelled, Accounting.Refund).
-// It waits, bounded by ctx, for the runners to settle, then closes
-// everything; if ctx ends first it returns ctx's error at once, as Stop
-// does, and the stop goes on in the background. A job enqueued while
-// StopAndCancel runs may be left in the queue, as with Stop.
+// StopAndCancel cancels every job in the queue that has not ended, then
+// stops the Pool like Stop. Queued and retrying jobs are removed from the
+// queue; prompts this Pool runs are interrupted on their backends (another
+// Pool on the queue interrupts its own when it learns of the cancel);
+// every such job ends as cancelled (job:cancelled, Wait gives
+// ErrCancelled, Accounting.Refund). It waits, bounded by ctx, for the
+// runners to settle, then closes everything; if ctx ends first it returns
+// ctx's error at once, as Stop does, and the stop goes on in the
+// background. A job enqueued while StopAndCancel runs may be left in the
+// queue, as with Stop.
 func (p *WorkflowPool) StopAndCancel(ctx context.Context) error {
-	type pending struct {
-		js     *jobState
-		leased bool
-	}
-	var jobs []pending
+	var held []*jobState
 	p.mu.Lock()
 	for _, js := range p.jobs {
-		if js.terminal {
-			continue
-		}
-		if !js.cancelled {
+		if !js.terminal && (js.leased || js.status == StatusRunning) && !js.cancelled {
 			js.cancelled = true
-			close(js.cancelCh)
+			close(js.cancelCh) // its runner interrupts the prompt and ends the job
+			held = append(held, js)
 		}
-		jobs = append(jobs, pending{js, js.leased || js.status == StatusRunning})
 	}
 	p.mu.Unlock()
-	for _, j := range jobs {
-		if j.leased {
-			continue // its runner interrupts the prompt and ends the job
+	err := p.eachUnfinished(ctx, []queue.State{queue.StateQueued, queue.StateRetrying, queue.StateLeased}, func(qj *queue.Job) {
+		if slices.ContainsFunc(held, func(js *jobState) bool { return js.id == qj.ID }) {
+			return
 		}
-		_, _ = p.q.Cancel(ctx, j.js.id)
-		p.mu.Lock()
-		leased := j.js.leased
-		p.mu.Unlock()
-		if !leased {
-			p.finish(j.js, StatusCancelled, nil, ErrCancelled)
+		if cerr := p.Cancel(ctx, qj.ID); cerr != nil && !errors.Is(cerr, queue.ErrInvalidState) && !errors.Is(cerr, ErrNotFound) {
+			p.log.Warn("cancel on stop failed", "job_id", qj.ID, "error", cerr)
 		}
+	})
+	if err != nil {
+		p.log.Warn("listing the jobs to cancel failed", "error", err)
 	}
 	return p.Stop(ctx)
+}
+
+// eachUnfinished calls fn for every job of the queue in one of states,
+// oldest first, a page at a time.
+func (p *WorkflowPool) eachUnfinished(ctx context.Context, states []queue.State, fn func(*queue.Job)) error {
+	lp := queue.ListParams{States: states, OldestFirst: true, Limit: queue.MaxListLimit}
+	for {
+		page, err := p.q.List(ctx, lp)
+		if err != nil {
+			return err
+		}
+		for _, qj := range page.Jobs {
+			fn(qj)
+		}
+		if page.Next == "" {
+			return nil
+		}
+		lp.Cursor = page.Next
+	}
 }
 
 // probeTimeout bounds each backend probe of Start.
@@ -312,4 +330,16 @@ func closeAll(cs []closer, d time.Duration) {
 		})
 	}
 	wg.Wait()
+}
+
+// startFeed starts following the queue's change feed (follow.go), once:
+// at Start, or at the first Wait or Watch.
+func (p *WorkflowPool) startFeed() {
+	p.feedOnce.Do(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.stopping {
+			p.wg.Go(p.feedLoop)
+		}
+	})
 }

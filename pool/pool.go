@@ -1,12 +1,8 @@
 package pool
 
 import (
-	"bytes"
-	"cmp"
 	"container/list"
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,9 +17,9 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
-	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
+	"github.com/google/uuid"
 )
 
 // WorkflowPool runs ComfyUI workflows on a set of backends through a job queue.
@@ -51,18 +47,34 @@ type WorkflowPool struct {
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 
-	mu        sync.Mutex
-	started   bool
-	stopping  bool
-	stopped   bool
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	stopped  bool
+	// jobs holds the jobs this Pool runs (it holds their lease) and the
+	// waiting jobs it found unschedulable; every other job lives only in
+	// the queue.
 	jobs      map[string]*jobState
-	retained  list.List              // terminal jobs, oldest first
-	workflows map[string]int         // structure hash -> unfinished jobs
-	prefer    map[*jobState]struct{} // unfinished jobs with PreferBackends (dispatch.go)
-	keys      map[string]*keyEntry   // idempotency key -> job (job.go)
-	enqueued  uint64                 // jobs stored so far; orders dispatch rounds (see lease)
-	caps      capsRegistry           // what the backends can run (capabilities.go)
-	flight    singleflight.Group     // collapses /object_info and /system_stats fetches per backend
+	outcomes  map[string]*outcome      // jobs this Pool saw end, for Wait and Job (jobs.go)
+	retained  list.List                // of *outcome, oldest first
+	ending    map[string]chan struct{} // jobs whose end this Pool is writing (settling)
+	workflows map[string]int           // structure hash -> jobs waiting, as far as known (noteQueuedLocked)
+	prefer    map[string]preferEntry   // waiting jobs with PreferBackends (clientmanager.go)
+	local     map[string][]InputFile   // inputs read by funcs of this process, by job
+	tried     map[string][]Attempt     // attempts this Pool made of jobs waiting again, with their full errors
+	localTag  string                   // the tag such jobs require (localTagPrefix)
+	keys      map[string]*keyEntry     // idempotency key -> job (job.go)
+	keyOrder  []string                 // keys, oldest first, bounded by MaxRetained
+	deadlines deadlineHeap             // queue and overall timeouts (follow.go)
+	dlTimer   *time.Timer
+	dlAt      time.Time
+	caps      capsRegistry       // what the backends can run (capabilities.go)
+	flight    singleflight.Group // collapses /object_info and /system_stats fetches per backend
+
+	enqueued atomic.Uint64 // jobs this Pool enqueued (see roundMark)
+	tmpl     templates     // parsed workflows by exact hash (template.go)
+	follow   followers     // readers of jobs (follow.go)
+	feedOnce sync.Once
 }
 
 // New validates cfg and returns a Pool that is not started. cfg is copied.
@@ -82,7 +94,13 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		stopCh:    make(chan struct{}),
 		stoppedCh: make(chan struct{}),
 		jobs:      map[string]*jobState{},
+		outcomes:  map[string]*outcome{},
+		ending:    map[string]chan struct{}{},
 		workflows: map[string]int{},
+		prefer:    map[string]preferEntry{},
+		local:     map[string][]InputFile{},
+		tried:     map[string][]Attempt{},
+		localTag:  localTagPrefix + uuid.NewString(),
 	}
 	p.hardCtx, p.hardStop = context.WithCancelCause(context.Background())
 	p.events.size = c.EventBuffer
@@ -249,7 +267,9 @@ type BackendStats struct {
 // Stats is a snapshot of the Pool's counters.
 type Stats struct {
 	Backends []BackendStats
-	// Jobs counts the job records the Pool holds, by status.
+	// Jobs counts the queue's jobs by status (from its Stats: terminal
+	// jobs as the queue retains them); unschedulable are the waiting jobs
+	// this Pool found no backend for.
 	Jobs map[Status]int
 	// EventsDropped counts events lost because a subscriber was full.
 	EventsDropped int64
@@ -257,19 +277,29 @@ type Stats struct {
 	Queue *queue.Stats
 }
 
-// Stats returns a snapshot of the Pool's counters. It counts the job
-// records the Pool holds (Config.MaxRetained of them at most) and asks the
-// queue for its own: for the backends alone, Backends is cheaper.
+// Stats returns a snapshot of the Pool's counters. It asks the queue for
+// its own: for the backends alone, Backends is cheaper.
 func (p *WorkflowPool) Stats(ctx context.Context) Stats {
 	s := Stats{Jobs: map[Status]int{}, EventsDropped: p.events.dropped.Load()}
 	s.Backends = p.Backends()
 	p.mu.Lock()
+	unsched := 0
 	for _, j := range p.jobs {
-		s.Jobs[j.status]++
+		if j.status == StatusUnschedulable {
+			unsched++
+		}
 	}
 	p.mu.Unlock()
 	if qs, err := p.q.Stats(ctx); err == nil {
 		s.Queue = qs
+		s.Jobs[StatusQueued] = max(qs.Queued-unsched, 0)
+		s.Jobs[StatusUnschedulable] = unsched
+		s.Jobs[StatusRunning] = qs.Leased
+		s.Jobs[StatusRetrying] = qs.Retrying
+		s.Jobs[StatusCompleted] = qs.Completed
+		s.Jobs[StatusFailed] = qs.Dead
+		s.Jobs[StatusCancelled] = qs.Cancelled
+		maps.DeleteFunc(s.Jobs, func(_ Status, n int) bool { return n == 0 })
 	}
 	return s
 }
@@ -327,323 +357,4 @@ func (p *WorkflowPool) named(name string) (*backend, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: %w %q", ErrInvalid, ErrUnknownBackend, name)
-}
-
-// Enqueue adds a job running wf and returns its ID. wf is copied. A job that
-// no backend may ever run (strict binding, tags, excluded backends) fails at
-// once with a *NoBackendError. After Stop it returns ErrClosed. A full queue
-// gives the queue's *queue.FullError. An IdempotencyKey already used by a
-// retained job returns that job's ID and a nil error, without a new job,
-// when the workflow is the same, and an *IdempotencyConflictError when it
-// is not.
-// With Config.Accounting, Reserve is called first and its error rejects the
-// job (matching ErrRejected). Enqueue does not wait for the job to run.
-func (p *WorkflowPool) Enqueue(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (string, error) {
-	if opts == nil {
-		opts = &EnqueueOpts{}
-	}
-	o := opts.clone()
-	if err := o.validate(); err != nil {
-		return "", err
-	}
-	if len(wf) == 0 {
-		return "", fmt.Errorf("%w: empty workflow", ErrInvalid)
-	}
-	if err := validateInputs(o.Inputs, wf); err != nil {
-		return "", err
-	}
-	raw, err := json.Marshal(wf)
-	if err != nil {
-		return "", fmt.Errorf("%w: workflow: %v", ErrInvalid, err)
-	}
-	sum, err := hash.Structure(raw)
-	if err != nil {
-		return "", fmt.Errorf("%w: workflow: %w", ErrInvalid, err)
-	}
-	wh := sum.String()
-	if !p.mayRun(wh, o.Tags, o.ExcludeBackends) {
-		return "", &NoBackendError{Workflow: wh, Tags: o.Tags}
-	}
-	if o.RejectUnschedulable {
-		if err := p.checkUnschedulable(wf, wh, &o); err != nil { // capabilities.go
-			return "", err
-		}
-	}
-	if k := o.IdempotencyKey; k != "" {
-		id, ke, err := p.claimKey(ctx, k, sha256.Sum256(raw))
-		if err != nil || ke == nil {
-			return id, err
-		}
-		defer p.releaseKey(k, ke)
-		return p.enqueue(ctx, wf, raw, wh, &o, ke)
-	}
-	return p.enqueue(ctx, wf, raw, wh, &o, nil)
-}
-
-// enqueue reserves (Accounting), stores the job and creates its record.
-func (p *WorkflowPool) enqueue(ctx context.Context, wf comfy.Workflow, raw []byte, wh string, o *EnqueueOpts, ke *keyEntry) (string, error) {
-	maxAttempts := cmp.Or(o.MaxAttempts, queue.DefaultMaxAttempts)
-	rinfo := &JobInfo{Workflow: wh, Metadata: maps.Clone(o.Metadata), MaxAttempts: maxAttempts}
-	reservation, err := p.reserve(ctx, rinfo)
-	if err != nil {
-		return "", err
-	}
-	reserved := p.cfg.Accounting != nil
-	rinfo.Reservation = reservation
-	refund := func(why error) {
-		if reserved {
-			p.settleAccount(rinfo, nil, why)
-		}
-	}
-
-	p.mu.Lock()
-	if p.stopping {
-		p.mu.Unlock()
-		refund(ErrClosed)
-		return "", ErrClosed
-	}
-	// The lock is held across the queue call so that the dispatcher cannot
-	// lease the job before its record exists.
-	needs := p.needsOfLocked(wf, o.Inputs) // capabilities.go
-	qj, err := p.q.Enqueue(ctx, queue.EnqueueParams{
-		Priority:        o.Priority,
-		Payload:         raw,
-		Metadata:        o.Metadata,
-		Workflow:        wh,
-		Requires:        o.Tags,
-		Needs:           needs,
-		IdempotencyKey:  o.IdempotencyKey,
-		MaxAttempts:     o.MaxAttempts,
-		ExcludeBackends: o.ExcludeBackends,
-	})
-	if err != nil {
-		p.mu.Unlock()
-		refund(err)
-		var de *queue.DuplicateError
-		if errors.As(err, &de) {
-			// The queue still holds the key of a job whose record this
-			// Pool no longer has: the same workflow (its payload) gets
-			// that job, another is a conflict.
-			return p.sameWorkflow(ctx, o.IdempotencyKey, de.ExistingID, raw)
-		}
-		return "", fmt.Errorf("pool: enqueue: %w", err)
-	}
-	js := &jobState{
-		id: qj.ID, wf: wf.Clone(), hash: wh, opts: *o, status: StatusQueued,
-		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts, done: make(chan struct{}),
-		cancelCh: make(chan struct{}), excluded: slices.Clone(o.ExcludeBackends),
-		reservation: reservation, reserved: reserved, needs: needs,
-	}
-	p.enqueued++
-	js.seq = p.enqueued
-	unsched := p.admitLocked(js) // capabilities.go
-	p.jobs[js.id] = js
-	p.notePreferLocked(js)
-	if ke != nil {
-		ke.id = js.id
-	}
-	p.workflows[wh]++
-	p.armTimeouts(js)
-	p.pruneLocked(time.Now())
-	p.mu.Unlock()
-	p.events.publish(Event{Kind: EventJobQueued, JobID: js.id})
-	if unsched.Kind != "" {
-		p.publishUnschedulable([]Event{unsched})
-	}
-	return js.id, nil
-}
-
-// sameWorkflow returns id when the queue's job id runs the workflow whose
-// JSON is raw, and an *IdempotencyConflictError for key otherwise.
-func (p *WorkflowPool) sameWorkflow(ctx context.Context, key, id string, raw []byte) (string, error) {
-	qj, err := p.q.Get(ctx, id)
-	if err != nil {
-		return "", fmt.Errorf("pool: enqueue: read the job holding idempotency key %q: %w", key, err)
-	}
-	if !bytes.Equal(qj.Payload, raw) {
-		return "", &IdempotencyConflictError{Key: key, ExistingID: id}
-	}
-	return id, nil
-}
-
-// Wait waits for the job to end and returns its result. A failed job gives a
-// *JobError, a cancelled one an error matching ErrCancelled. When ctx ends
-// first Wait returns ctx's error and the job goes on; when the Pool stops
-// before the job ended, ErrClosed.
-func (p *WorkflowPool) Wait(ctx context.Context, id string) (*Result, error) {
-	p.mu.Lock()
-	p.pruneLocked(time.Now())
-	js := p.jobs[id]
-	p.mu.Unlock()
-	if js == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	select {
-	case <-js.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-p.stoppedCh:
-		select {
-		case <-js.done:
-		default:
-			return nil, ErrClosed
-		}
-	}
-	return js.result, js.err
-}
-
-// Run enqueues wf and waits for its result (Enqueue then Wait). When ctx
-// ends first the job is cancelled.
-func (p *WorkflowPool) Run(ctx context.Context, wf comfy.Workflow, opts *EnqueueOpts) (*Result, error) {
-	id, err := p.Enqueue(ctx, wf, opts)
-	if err != nil {
-		return nil, err
-	}
-	res, err := p.Wait(ctx, id)
-	if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = p.Cancel(cctx, id)
-	}
-	return res, err
-}
-
-// Job returns a snapshot of the job's record. A terminal record is kept
-// for Config.Retention after the job ended and while at most
-// Config.MaxRetained are kept; after that Job and Wait give ErrNotFound.
-func (p *WorkflowPool) Job(ctx context.Context, id string) (*JobInfo, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pruneLocked(time.Now())
-	js := p.jobs[id]
-	if js == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return js.info(), nil
-}
-
-// Cancel cancels a job. A queued job is removed from the queue; a running
-// job's prompt is interrupted on its backend and Cancel waits (bounded by
-// ctx) until it ended. Either way the job ends as cancelled (job:cancelled,
-// Wait returns ErrCancelled): not failed, not retried, and no failover block.
-// Cancelling a cancelled job does nothing; a job that already completed or
-// failed gives an error matching queue.ErrInvalidState.
-func (p *WorkflowPool) Cancel(ctx context.Context, id string) error {
-	p.mu.Lock()
-	js := p.jobs[id]
-	if js == nil {
-		p.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if js.terminal {
-		st := js.status
-		p.mu.Unlock()
-		if st == StatusCancelled {
-			return nil
-		}
-		return fmt.Errorf("pool: cancel job %s: it is %s: %w", id, st, queue.ErrInvalidState)
-	}
-	if !js.cancelled {
-		js.cancelled = true
-		close(js.cancelCh)
-	}
-	running := js.status == StatusRunning
-	p.mu.Unlock()
-
-	if _, err := p.q.Cancel(ctx, id); err != nil && !errors.Is(err, queue.ErrInvalidState) {
-		return fmt.Errorf("pool: cancel job %s: %w", id, err)
-	}
-	if !running {
-		// Leased but not running yet: the runner sees cancelCh and ends the
-		// job; otherwise end it here. finish is once-only.
-		p.mu.Lock()
-		leased := js.status == StatusRunning || js.leased
-		p.mu.Unlock()
-		if !leased {
-			p.finish(js, StatusCancelled, nil, ErrCancelled)
-			return nil
-		}
-	}
-	select {
-	case <-js.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (p *WorkflowPool) pruneLocked(now time.Time) {
-	for el := p.retained.Front(); el != nil; el = p.retained.Front() {
-		js := el.Value.(*jobState)
-		if p.retained.Len() <= p.cfg.MaxRetained && now.Sub(js.finishedAt) < p.cfg.Retention {
-			return
-		}
-		p.retained.Remove(el)
-		delete(p.jobs, js.id)
-		if k := js.opts.IdempotencyKey; k != "" && p.keys[k] != nil && p.keys[k].id == js.id {
-			delete(p.keys, k)
-		}
-	}
-}
-
-// finish ends a job once: it records the outcome, emits the terminal event
-// and wakes Wait. Later calls do nothing and report false.
-func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) bool {
-	p.mu.Lock()
-	if js.terminal {
-		p.mu.Unlock()
-		return false
-	}
-	js.terminal = true
-	js.status = st
-	js.finishedAt = time.Now()
-	js.result = res
-	if err != nil && st == StatusFailed {
-		var je *JobError
-		if !errors.As(err, &je) {
-			err = &JobError{JobID: js.id, Attempts: slices.Clone(js.attempts), Err: err}
-		}
-	}
-	js.err = err
-	if err != nil && st == StatusFailed {
-		js.lastErr = err
-	}
-	js.stopTimers()
-	js.wf = nil // the queue payload keeps the JSON; free the parsed graph
-	js.opts.Inputs = nil
-	if res != nil {
-		res.pool = p
-		res.files = outputFiles(res.Backend, res.Comfy, js.downloads)
-	}
-	js.downloads = nil
-	acct := p.accountLocked(js)
-	if p.workflows[js.hash]--; p.workflows[js.hash] <= 0 {
-		delete(p.workflows, js.hash)
-	}
-	js.retained = p.retained.PushBack(js)
-	p.pruneLocked(js.finishedAt)
-	// The backend that ran the job is free before anyone learns the job
-	// ended: a caller whose Wait returned may count on it.
-	freed := p.freeLocked(js.slot)
-	js.slot = nil
-	ev := Event{Kind: EventJobCompleted, JobID: js.id, Backend: js.backend, Attempt: len(js.attempts), PromptID: js.promptID}
-	switch st {
-	case StatusCompleted:
-		ev.Result = res
-	case StatusFailed:
-		ev.Kind, ev.Err = EventJobFailed, err
-	case StatusCancelled:
-		ev.Kind = EventJobCancelled
-	}
-	p.mu.Unlock()
-	if freed {
-		p.poke()
-	}
-	p.settleAccount(acct, res, err)
-	close(js.done)
-	p.events.publish(ev)
-	return true
 }

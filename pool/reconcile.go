@@ -77,7 +77,11 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 	case queue.StateDead:
 		p.finish(js, StatusFailed, nil, cause)
 	case queue.StateCancelled:
-		p.finish(js, StatusCancelled, nil, ErrCancelled)
+		p.mu.Lock()
+		js.endedElsewhere = true // the canceller settles the end
+		p.mu.Unlock()
+		_, err := p.outcomeOf(qj)
+		p.finish(js, statusOf(qj), nil, err)
 	case queue.StateLeased:
 		if qj.LeaseToken != token {
 			return false // leased anew: its holder owns the view
@@ -94,11 +98,20 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 			js.status = StatusRetrying
 		}
 		cancelled := js.cancelled
+		if !cancelled {
+			// It waits in the queue again: the queue holds it, not this
+			// Pool (unless it waits unschedulable here).
+			if js.status != StatusUnschedulable && p.jobs[js.id] == js {
+				delete(p.jobs, js.id)
+			}
+			p.noteQueuedLocked(js.hash, 1)
+		}
 		p.mu.Unlock()
 		if cancelled {
 			p.endWaiting(js)
 			return false
 		}
+		p.notePrefer(qj)
 		return true
 	}
 	return false
@@ -115,8 +128,12 @@ func (p *WorkflowPool) endWaiting(js *jobState) {
 	p.mu.Unlock()
 	ctx, cancel := bgCtx()
 	defer cancel()
-	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) }); err != nil &&
-		!errors.Is(err, queue.ErrInvalidState) {
+	_, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Cancel(ctx, js.id) })
+	if errors.Is(err, queue.ErrInvalidState) {
+		p.finishAsRecorded(js) // another caller ended it
+		return
+	}
+	if err != nil {
 		// Should the queue still hold it, the job is settled again
 		// when it is leased again (runJob sees it ended).
 		p.log.Warn("cancel failed", "job_id", js.id, "error", err)

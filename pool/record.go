@@ -1,0 +1,274 @@
+package pool
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/queue"
+)
+
+// A job lives in the queue: its record (queue.Job) holds everything any
+// Pool on the queue needs to run it, watch it and answer for it. The Pool
+// writes its own parts as JSON with snake_case names, empty parts left out:
+//
+//   - Job.WorkflowKey names the workflow body, stored once per distinct
+//     workflow (queue.Queue.PutWorkflow, keyed by its exact hash);
+//   - Job.Overrides holds the job's input overrides of that workflow
+//     (EnqueueTemplate), so that a million jobs over one template cost only
+//     their overrides;
+//   - Job.Payload holds the options that are not queue fields (spec);
+//   - Job.Result holds a completed job's outcome (storedResult).
+//
+// Nothing else about a job is kept in a Pool's memory while it waits.
+
+// spec is the part of EnqueueOpts a job's record keeps in its Payload.
+type spec struct {
+	// StartTimeout is Timeouts.Start.
+	StartTimeout time.Duration `json:"start_timeout,omitempty"`
+	// QueueDeadline and OverallDeadline are Timeouts.Queue and
+	// Timeouts.Overall made absolute at Enqueue, so that any Pool can
+	// enforce them.
+	QueueDeadline   time.Time `json:"queue_deadline,omitzero"`
+	OverallDeadline time.Time `json:"overall_deadline,omitzero"`
+	// QueueTimeout and OverallTimeout are the durations, for JobInfo.
+	QueueTimeout   time.Duration `json:"queue_timeout,omitempty"`
+	OverallTimeout time.Duration `json:"overall_timeout,omitempty"`
+	// PreferBackends is EnqueueOpts.PreferBackends.
+	PreferBackends []string `json:"prefer_backends,omitempty"`
+	// DownloadOutputs is EnqueueOpts.DownloadOutputs.
+	DownloadOutputs bool `json:"download_outputs,omitempty"`
+	// Inputs are EnqueueOpts.Inputs without their content readers.
+	Inputs []specInput `json:"inputs,omitempty"`
+	// Reservation is what Accounting.Reserve returned; Reserved says
+	// Reserve succeeded (one Consume or Refund is due).
+	Reservation string `json:"reservation,omitempty"`
+	Reserved    bool   `json:"reserved,omitempty"`
+}
+
+// specInput is an InputFile as the record keeps it.
+type specInput struct {
+	Name string `json:"name"`
+	// Data is the content, when the InputFile had Data.
+	Data []byte `json:"data,omitempty"`
+	// Local says the content is read by an Open func that only the
+	// enqueuing process holds (the job then runs in that process only).
+	Local   bool          `json:"local,omitempty"`
+	Source  *FileSource   `json:"source,omitempty"`
+	Targets []InputTarget `json:"targets"`
+}
+
+// isZero reports whether s holds nothing (the Payload is then empty).
+func (s *spec) isZero() bool {
+	return s.StartTimeout == 0 && s.QueueTimeout == 0 && s.OverallTimeout == 0 &&
+		len(s.PreferBackends) == 0 && !s.DownloadOutputs && len(s.Inputs) == 0 && !s.Reserved && s.Reservation == ""
+}
+
+func (s *spec) encode() ([]byte, error) {
+	if s.isZero() {
+		return nil, nil
+	}
+	return json.Marshal(s)
+}
+
+func decodeSpec(b []byte) (*spec, error) {
+	s := &spec{}
+	if len(b) == 0 {
+		return s, nil
+	}
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("pool: job payload: %w", err)
+	}
+	return s, nil
+}
+
+// Override sets one input of one node of a template (see
+// WorkflowPool.EnqueueTemplate), as comfy.Workflow.SetInput does.
+type Override struct {
+	Node  string `json:"node"`
+	Input string `json:"input"`
+	Value any    `json:"value"`
+}
+
+// storedResult is a completed job's outcome as its record keeps it.
+type storedResult struct {
+	Backend   string                  `json:"backend"`
+	PromptID  string                  `json:"prompt_id"`
+	Outputs   map[string]comfy.Output `json:"outputs,omitempty"`
+	Recovered bool                    `json:"recovered,omitempty"`
+}
+
+// localTagPrefix starts the tag a job requires when its input files can
+// be read only in the process that enqueued it (an InputFile.Open): only
+// that Pool's leases offer the tag.
+const localTagPrefix = "comfypool.local:"
+
+// userTags returns the job's Requires without the Pool's internal tags.
+func userTags(requires []string) []string {
+	return slices.DeleteFunc(slices.Clone(requires), func(t string) bool { return strings.HasPrefix(t, localTagPrefix) })
+}
+
+// JobError classes the Pool writes beside failover's words (see
+// queue.ErrorSummary.Class).
+const (
+	// classTimeout ends a job whose queue or overall timeout fired; the
+	// message is the *TimeoutError's.
+	classTimeout = "timeout"
+)
+
+// summarize turns an error into the summary a record keeps: class, message
+// and the failing node, no nested causes.
+func summarize(class string, err error) queue.ErrorSummary {
+	s := queue.ErrorSummary{Class: class, Message: err.Error()}
+	var pe *comfy.PromptError
+	var ee *comfy.ExecutionError
+	switch {
+	case errors.As(err, &ee):
+		s.NodeID, s.NodeType = ee.NodeID, ee.NodeType
+	case errors.As(err, &pe):
+		s.NodeID, s.NodeType = pe.NodeID, pe.NodeType
+	}
+	return s
+}
+
+// RecordedError is a failure as a job's record keeps it, for a job whose
+// error this process did not see happen (it ran in another process on the
+// queue, or before a restart). It matches ErrCancelled for a cancelled
+// job, and ErrTimeout for a timed-out one. It marshals as
+// {"class", "message", "node_id", "node_type"}.
+type RecordedError struct {
+	Class    string `json:"class"`
+	Message  string `json:"message"`
+	NodeID   string `json:"node_id,omitempty"`
+	NodeType string `json:"node_type,omitempty"`
+}
+
+// Error implements error.
+func (e *RecordedError) Error() string { return e.Message }
+
+// Is matches ErrCancelled and ErrTimeout by class.
+func (e *RecordedError) Is(target error) bool {
+	switch target {
+	case ErrCancelled:
+		return e.Class == queue.ClassCancelled
+	case ErrTimeout:
+		return e.Class == classTimeout
+	}
+	return false
+}
+
+// recorded returns the error a record's summary stands for: a
+// *TimeoutError, ErrCancelled, or a *RecordedError.
+func recorded(s queue.ErrorSummary) error {
+	if s.IsZero() {
+		return nil
+	}
+	if s.Class == classTimeout {
+		which := strings.TrimSuffix(strings.TrimPrefix(s.Message, "pool: "), " timeout")
+		return &TimeoutError{Which: which}
+	}
+	return &RecordedError{Class: s.Class, Message: s.Message, NodeID: s.NodeID, NodeType: s.NodeType}
+}
+
+// attemptsOf converts a record's attempts.
+func attemptsOf(in []queue.Attempt) []Attempt {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Attempt, len(in))
+	for i, a := range in {
+		var c failover.Class
+		if a.Class != "" && c.UnmarshalText([]byte(a.Class)) != nil {
+			c = failover.ClassBackend // a queue word: lease_expired, superseded
+		}
+		if a.Class == queue.ClassCancelled || a.Class == queue.ClassSuperseded {
+			c = failover.ClassCancelled
+		}
+		out[i] = Attempt{Backend: a.Backend, PromptID: a.PromptID, Started: a.StartedAt, Ended: a.EndedAt, Class: c}
+		if !a.Error.IsZero() {
+			out[i].Err = recorded(a.Error)
+		} else if a.Class == queue.ClassLeaseExpired {
+			out[i].Err = &RecordedError{Class: a.Class, Message: "queue: lease expired"}
+		}
+	}
+	return out
+}
+
+// statusOf maps a record's state to the Pool's status.
+func statusOf(qj *queue.Job) Status {
+	switch qj.State {
+	case queue.StateLeased:
+		return StatusRunning
+	case queue.StateRetrying:
+		return StatusRetrying
+	case queue.StateCompleted:
+		return StatusCompleted
+	case queue.StateDead:
+		return StatusFailed
+	case queue.StateCancelled:
+		if qj.Error.Class == classTimeout {
+			return StatusFailed
+		}
+		return StatusCancelled
+	}
+	return StatusQueued
+}
+
+// infoOf builds a JobInfo from a record.
+func infoOf(qj *queue.Job, s *spec) *JobInfo {
+	info := &JobInfo{
+		ID: qj.ID, Status: statusOf(qj), Workflow: qj.Workflow, Metadata: maps.Clone(qj.Metadata),
+		Attempts: attemptsOf(qj.Attempts), MaxAttempts: qj.MaxAttempts,
+		EnqueuedAt: qj.EnqueuedAt, FinishedAt: qj.FinishedAt,
+	}
+	if s != nil {
+		info.Reservation = s.Reservation
+	}
+	if n := len(info.Attempts); n > 0 {
+		last := info.Attempts[n-1]
+		info.Backend, info.PromptID, info.StartedAt = last.Backend, last.PromptID, last.Started
+	}
+	for i := len(info.Attempts) - 1; i >= 0; i-- {
+		if info.Attempts[i].Err != nil {
+			info.LastError = info.Attempts[i].Err
+			break
+		}
+	}
+	if !qj.Error.IsZero() {
+		info.LastError = recorded(qj.Error)
+	}
+	return info
+}
+
+// outcomeOf returns the answer of Wait for a terminal record: the result
+// of a completed job, the error of any other.
+func (p *WorkflowPool) outcomeOf(qj *queue.Job) (*Result, error) {
+	switch statusOf(qj) {
+	case StatusCompleted:
+		var sr storedResult
+		if len(qj.Result) > 0 {
+			if err := json.Unmarshal(qj.Result, &sr); err != nil {
+				return nil, fmt.Errorf("pool: job %s: stored result: %w", qj.ID, err)
+			}
+		}
+		cres := &comfy.Result{PromptID: sr.PromptID, Outputs: sr.Outputs, Recovered: sr.Recovered}
+		return &Result{
+			JobID: qj.ID, Backend: sr.Backend, PromptID: sr.PromptID, Outputs: sr.Outputs,
+			Attempts: attemptsOf(qj.Attempts), Comfy: cres, pool: p,
+			files: outputFiles(sr.Backend, cres, nil),
+		}, nil
+	case StatusCancelled:
+		return nil, ErrCancelled
+	}
+	err := recorded(qj.Error)
+	if err == nil {
+		err = errors.New("pool: job failed")
+	}
+	return nil, &JobError{JobID: qj.ID, Attempts: attemptsOf(qj.Attempts), Err: err}
+}

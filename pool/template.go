@@ -1,0 +1,221 @@
+package pool
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/internal/models"
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Template is a workflow stored once in the Pool's queue, for jobs that
+// run it with their own input overrides (EnqueueTemplate): a million jobs
+// over one template store the workflow once and cost only their
+// overrides, and its structure hash is computed once. Get one with
+// WorkflowPool.Register; it is immutable and safe for concurrent use, and
+// any Pool on the same queue can run its jobs.
+type Template struct {
+	key  string         // exact hash: the queue's WorkflowKey
+	hash string         // structure hash: the routing and failover key
+	wf   comfy.Workflow // never changed
+	raw  []byte         // wf's JSON as stored
+
+	mu       sync.Mutex // guards needs and needsGen (see Pool.templateNeedsLocked)
+	needs    []string
+	needsGen uint64
+}
+
+// Key returns the template's exact hash, under which its workflow is
+// stored in the queue (queue.Job.WorkflowKey of its jobs).
+func (t *Template) Key() string { return t.key }
+
+// Workflow returns the template's structure hash (JobInfo.Workflow of its
+// jobs, unless an override changes a model input).
+func (t *Template) Workflow() string { return t.hash }
+
+// maxTemplates bounds the Pool's cache of parsed templates.
+const maxTemplates = 1024
+
+// templates caches parsed templates by key, least recently used out first.
+type templates struct {
+	mu    sync.Mutex
+	byKey map[string]*list.Element
+	lru   list.List // of *Template, most recent first
+}
+
+func (c *templates) get(key string) *Template {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[key]; ok {
+		c.lru.MoveToFront(el)
+		return el.Value.(*Template)
+	}
+	return nil
+}
+
+func (c *templates) put(t *Template) *Template {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[t.key]; ok {
+		c.lru.MoveToFront(el)
+		return el.Value.(*Template)
+	}
+	if c.byKey == nil {
+		c.byKey = map[string]*list.Element{}
+	}
+	c.byKey[t.key] = c.lru.PushFront(t)
+	for c.lru.Len() > maxTemplates {
+		el := c.lru.Back()
+		c.lru.Remove(el)
+		delete(c.byKey, el.Value.(*Template).key)
+	}
+	return t
+}
+
+// Register stores wf in the Pool's queue once (content-addressed: the same
+// workflow registered again, by this Pool or another on the queue, is the
+// same template) and returns its Template. A malformed workflow gives an
+// error matching ErrInvalid.
+func (p *WorkflowPool) Register(ctx context.Context, wf comfy.Workflow) (*Template, error) {
+	if len(wf) == 0 {
+		return nil, fmt.Errorf("%w: empty workflow", ErrInvalid)
+	}
+	raw, err := json.Marshal(wf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: workflow: %v", ErrInvalid, err)
+	}
+	return p.template(ctx, wf, raw)
+}
+
+// template returns the template of wf, whose JSON is raw: from the cache,
+// or parsed, hashed and stored in the queue.
+func (p *WorkflowPool) template(ctx context.Context, wf comfy.Workflow, raw []byte) (*Template, error) {
+	sum, err := hash.Exact(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: workflow: %w", ErrInvalid, err)
+	}
+	key := sum.String()
+	if t := p.tmpl.get(key); t != nil {
+		return t, nil
+	}
+	st, err := hash.Structure(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: workflow: %w", ErrInvalid, err)
+	}
+	t := &Template{key: key, hash: st.String(), wf: wf.Clone(), raw: raw}
+	if err := p.storeTemplate(ctx, t); err != nil {
+		return nil, err
+	}
+	return p.tmpl.put(t), nil
+}
+
+func (p *WorkflowPool) storeTemplate(ctx context.Context, t *Template) error {
+	if _, err := retryQueue(ctx, p.stopCh, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, p.q.PutWorkflow(ctx, t.key, t.raw)
+	}); err != nil {
+		return fmt.Errorf("pool: store workflow: %w", err)
+	}
+	return nil
+}
+
+// loadTemplate returns the template stored under key: from the cache, or
+// read from the queue (a job enqueued by another Pool).
+func (p *WorkflowPool) loadTemplate(ctx context.Context, key string) (*Template, error) {
+	if t := p.tmpl.get(key); t != nil {
+		return t, nil
+	}
+	raw, err := retryQueue(ctx, p.stopCh, func(ctx context.Context) ([]byte, error) { return p.q.GetWorkflow(ctx, key) })
+	if err != nil {
+		return nil, fmt.Errorf("pool: load workflow %s: %w", key, err)
+	}
+	wf, err := comfy.ParseWorkflow(raw)
+	if err != nil {
+		return nil, fmt.Errorf("pool: stored workflow %s: %w", key, err)
+	}
+	st, err := hash.Structure(raw)
+	if err != nil {
+		return nil, fmt.Errorf("pool: stored workflow %s: %w", key, err)
+	}
+	return p.tmpl.put(&Template{key: key, hash: st.String(), wf: wf, raw: raw}), nil
+}
+
+// validateOverrides checks overrides against the template's workflow.
+func validateOverrides(wf comfy.Workflow, ovr []Override) error {
+	for i, o := range ovr {
+		n, ok := wf[o.Node]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: overrides[%d]: no node %q in the workflow", ErrInvalid, i, o.Node)
+		case o.Input == "":
+			return fmt.Errorf("%w: overrides[%d]: node %q: empty input name", ErrInvalid, i, o.Node)
+		}
+		if _, isLink := n.Inputs[o.Input].([]any); isLink {
+			return fmt.Errorf("%w: overrides[%d]: node %q input %q is a link, not a value", ErrInvalid, i, o.Node, o.Input)
+		}
+	}
+	return nil
+}
+
+// applyOverrides returns a copy of wf with ovr set.
+func applyOverrides(wf comfy.Workflow, ovr []Override) (comfy.Workflow, error) {
+	c := wf.Clone()
+	for _, o := range ovr {
+		if err := c.SetInput(o.Node, o.Input, o.Value); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// routedBy reports whether an override changes what the structure hash
+// covers (a model input: it changes the routing key) or what a backend
+// must have (an input some backend lists values of). Caller holds p.mu.
+func (p *WorkflowPool) routedBy(wf comfy.Workflow, ovr []Override) (hashed, needed bool) {
+	for _, o := range ovr {
+		if models.IsInput(o.Input) {
+			hashed = true
+		}
+		if p.caps.listed[inputKey(wf[o.Node].ClassType, o.Input)] > 0 {
+			needed = true
+		}
+	}
+	return hashed, needed
+}
+
+// decodeOverrides parses a record's Overrides.
+func decodeOverrides(b []byte) ([]Override, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var ovr []Override
+	if err := json.Unmarshal(b, &ovr); err != nil {
+		return nil, fmt.Errorf("pool: job overrides: %w", err)
+	}
+	return ovr, nil
+}
+
+// workflowOf rebuilds the workflow a record runs: its template with its
+// overrides applied.
+func (p *WorkflowPool) workflowOf(ctx context.Context, qj *queue.Job) (comfy.Workflow, error) {
+	if qj.WorkflowKey == "" {
+		return nil, errors.New("pool: the job names no stored workflow (enqueued by something other than a Pool)")
+	}
+	t, err := p.loadTemplate(ctx, qj.WorkflowKey)
+	if err != nil {
+		return nil, err
+	}
+	ovr, err := decodeOverrides(qj.Overrides)
+	if err != nil {
+		return nil, err
+	}
+	if len(ovr) == 0 {
+		return t.wf, nil // shared, read-only
+	}
+	return applyOverrides(t.wf, ovr)
+}
