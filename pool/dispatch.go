@@ -270,16 +270,9 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 
 	// ctx ends when Stop gives up waiting (hard stop) or b is removed.
 	ctx := b.ctx
+	// rb runs the attempt: b, or the backend of a prompt taken over.
+	rb := b
 	promptID := uuid.NewString()
-	att.PromptID = promptID
-	// The prompt is written down before it is sent: a Pool taking the job
-	// over should this one die asks b about it.
-	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
-		return p.q.Begin(ctx, js.id, qj.LeaseToken, queue.BeginParams{Backend: b.cfg.Name, PromptID: promptID})
-	}); err != nil {
-		p.settle(ctx, js, b, qj.LeaseToken, att, fmt.Errorf("pool: record the attempt: %w", err))
-		return
-	}
 	var startedOnce, execOnce sync.Once
 	execStarted := make(chan struct{})
 	emitStarted := func(id string) {
@@ -287,12 +280,12 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 			p.mu.Lock()
 			js.promptID = id
 			p.mu.Unlock()
-			p.events.publish(Event{Kind: EventJobStarted, JobID: js.id, Backend: b.cfg.Name, Attempt: attemptNo, PromptID: id})
+			p.events.publish(Event{Kind: EventJobStarted, JobID: js.id, Backend: rb.cfg.Name, Attempt: attemptNo, PromptID: id})
 		})
 	}
 	onMsg := func(m comfy.Message) {
 		emitStarted(promptID) // a message for the prompt means the server accepted it
-		ev := Event{JobID: js.id, Backend: b.cfg.Name, Attempt: attemptNo, PromptID: promptID}
+		ev := Event{JobID: js.id, Backend: rb.cfg.Name, Attempt: attemptNo, PromptID: promptID}
 		switch m := m.(type) {
 		case *comfy.ExecutionStart, *comfy.Executing, *comfy.ExecutionCached:
 			execOnce.Do(func() { close(execStarted) })
@@ -310,6 +303,42 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 			return
 		}
 		p.events.publish(ev)
+	}
+
+	// A prompt written down by a holder that died (or a Pool that gave
+	// the job back as it stopped) may still run, or have finished, on its
+	// backend: take it over rather than run the job twice.
+	followed := p.takeOver(ctx, qj, &rb, &promptID, onMsg)
+	att.Backend, att.PromptID = rb.cfg.Name, promptID
+	p.mu.Lock()
+	js.backend = rb.cfg.Name
+	p.mu.Unlock()
+	// The prompt is written down before it is sent: a Pool taking the job
+	// over should this one die asks rb about it.
+	if _, err := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) {
+		return p.q.Begin(ctx, js.id, qj.LeaseToken, queue.BeginParams{Backend: rb.cfg.Name, PromptID: promptID})
+	}); err != nil {
+		if followed != nil {
+			ictx, cancel := bgCtx()
+			_ = followed.Interrupt(ictx) // not ours to follow any more
+			cancel()
+		}
+		p.settle(ctx, js, rb, qj.LeaseToken, att, fmt.Errorf("pool: record the attempt: %w", err))
+		return
+	}
+	if followed != nil {
+		execOnce.Do(func() { close(execStarted) }) // sent long ago: no start timeout
+		emitStarted(promptID)
+		res, err := p.watchPrompt(ctx, rb, js, qj, followed, execStarted, nil)
+		if err == nil {
+			err = p.fetchOutputs(ctx, js, rb, res)
+		}
+		if err == nil {
+			p.completed(js, rb, qj.LeaseToken, att, res)
+			return
+		}
+		p.settle(ctx, js, rb, qj.LeaseToken, att, err)
+		return
 	}
 
 	var startC <-chan time.Time
@@ -614,4 +643,48 @@ func (t *timer) stop() {
 		t.t.Stop()
 		t.t, t.c = nil, nil
 	}
+}
+
+// takeOver looks for the prompt of the job's last attempt on that
+// attempt's backend, when the attempt ended without an answer (its lease
+// expired: the holder died; or it was given back on a stop or a backend's
+// removal, which may leave the prompt running). A prompt still pending or
+// running is followed, a finished one collected: takeOver returns it, with
+// *rb and *promptID set to its backend and id. It returns nil (submit
+// anew) when there is none to take over: no such attempt, its backend is
+// not one of this Pool's, the server no longer knows the prompt, it was
+// interrupted, or the server cannot be asked.
+func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend, promptID *string, onMsg func(comfy.Message)) *comfy.Prompt {
+	n := len(qj.Attempts)
+	if n == 0 {
+		return nil
+	}
+	last := qj.Attempts[n-1]
+	if last.PromptID == "" || (last.Class != queue.ClassLeaseExpired && last.Class != failover.ClassCancelled.String()) {
+		return nil
+	}
+	x, err := p.named(last.Backend)
+	if err != nil {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, p.cfg.SubmitTimeout)
+	defer cancel()
+	prompt, err := x.client.Follow(fctx, last.PromptID, &comfy.FollowOptions{OnMessage: onMsg})
+	if err != nil {
+		if !errors.Is(err, comfy.ErrPromptNotFound) {
+			p.log.Warn("cannot ask a backend about a prompt taken over; submitting anew",
+				"backend", x.cfg.Name, "job_id", qj.ID, "prompt_id", last.PromptID, "error", err)
+		}
+		return nil
+	}
+	select {
+	case <-prompt.Done():
+		if _, werr := prompt.Wait(ctx); errors.Is(werr, comfy.ErrInterrupted) {
+			return nil // stopped by whoever gave it up: run the job again
+		}
+	default:
+	}
+	p.log.Info("took over a prompt", "backend", x.cfg.Name, "job_id", qj.ID, "prompt_id", last.PromptID)
+	*rb, *promptID = x, last.PromptID
+	return prompt
 }
