@@ -384,23 +384,34 @@ const (
 func (p *WorkflowPool) candidatesLocked(js *jobState) []*backend {
 	var out []*backend
 	for _, b := range p.list() {
-		if !b.draining && b.accepts(js.hash, js.opts.Tags) && !slices.Contains(js.excluded, b.cfg.Name) {
+		if candidate(b, js.hash, js.opts.Tags, js.excluded) {
 			out = append(out, b)
 		}
 	}
 	return out
 }
 
-// evaluateLocked says whether some backend can run js with needs. A job
-// that no backend may run by configuration (all removed, say) is not a
-// capability matter: schedOK. Caller holds p.mu.
+func candidate(b *backend, wh string, tags, excluded []string) bool {
+	return !b.draining && b.accepts(wh, tags) && !slices.Contains(excluded, b.cfg.Name)
+}
+
+// evaluateLocked says whether some backend can run js with needs. Caller
+// holds p.mu.
 func (p *WorkflowPool) evaluateLocked(js *jobState, needs []string) schedulability {
-	cands := p.candidatesLocked(js)
-	if len(cands) == 0 {
-		return schedOK
-	}
-	unknown := false
-	for _, b := range cands {
+	return p.schedulableLocked(js.hash, js.opts.Tags, js.excluded, needs)
+}
+
+// schedulableLocked says whether some backend can run a job of workflow
+// wh with tags, excluded backends and needs. A job that no backend may
+// run by configuration (all removed, say) is not a capability matter:
+// schedOK. Caller holds p.mu.
+func (p *WorkflowPool) schedulableLocked(wh string, tags, excluded, needs []string) schedulability {
+	some, unknown := false, false
+	for _, b := range p.list() {
+		if !candidate(b, wh, tags, excluded) {
+			continue
+		}
+		some = true
 		switch {
 		case !b.caps.ready:
 			unknown = true
@@ -408,7 +419,10 @@ func (p *WorkflowPool) evaluateLocked(js *jobState, needs []string) schedulabili
 			return schedOK
 		}
 	}
-	if unknown {
+	switch {
+	case !some:
+		return schedOK
+	case unknown:
 		return schedUnknown
 	}
 	return schedUnschedulable
@@ -560,14 +574,11 @@ func (p *WorkflowPool) checkUnschedulable(wf comfy.Workflow, wh string, o *Enque
 // job:unschedulable event to publish after job:queued. Other waiting jobs
 // the Pool does not hold in memory. Caller holds p.mu.
 func (p *WorkflowPool) admitLocked(id string, wf comfy.Workflow, wh string, o *EnqueueOpts, needs []string) Event {
-	if p.cfg.Capabilities.Disable {
+	if p.cfg.Capabilities.Disable || p.schedulableLocked(wh, o.Tags, o.ExcludeBackends, needs) != schedUnschedulable {
 		return Event{}
 	}
 	js := &jobState{id: id, wf: wf, hash: wh, opts: *o, excluded: o.ExcludeBackends, needs: needs,
 		needsGen: p.caps.gen + 1, status: StatusQueued, done: make(chan struct{}), cancelCh: make(chan struct{})}
-	if p.evaluateLocked(js, needs) != schedUnschedulable {
-		return Event{}
-	}
 	ev := p.settleStatusLocked(js, needs)
 	js.opts.Inputs = nil // the waiting view needs their targets only
 	for _, f := range o.Inputs {

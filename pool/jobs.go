@@ -107,9 +107,8 @@ func (p *WorkflowPool) enqueueJob(ctx context.Context, t *Template, ovr []Overri
 			return "", err
 		}
 	}
-	sum := jobSum(t.key, ovrJSON)
 	if k := o.IdempotencyKey; k != "" {
-		id, ke, err := p.claimKey(ctx, k, sum)
+		id, ke, err := p.claimKey(ctx, k, jobSum(t.key, ovrJSON))
 		if err != nil || ke == nil {
 			return id, err
 		}
@@ -132,14 +131,17 @@ func jobSum(key string, ovr []byte) [sha256.Size]byte {
 
 // store reserves (Accounting) and writes the job's record.
 func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow, wh string, ovr []byte, o *EnqueueOpts, ke *keyEntry) (string, error) {
-	maxAttempts := cmp.Or(o.MaxAttempts, queue.DefaultMaxAttempts)
-	rinfo := &JobInfo{Workflow: wh, Metadata: maps.Clone(o.Metadata), MaxAttempts: maxAttempts}
-	reservation, err := p.reserve(ctx, rinfo)
-	if err != nil {
-		return "", err
-	}
 	reserved := p.cfg.Accounting != nil
-	rinfo.Reservation = reservation
+	var rinfo *JobInfo
+	var reservation string
+	if reserved {
+		rinfo = &JobInfo{Workflow: wh, Metadata: maps.Clone(o.Metadata), MaxAttempts: cmp.Or(o.MaxAttempts, queue.DefaultMaxAttempts)}
+		var err error
+		if reservation, err = p.reserve(ctx, rinfo); err != nil {
+			return "", err
+		}
+		rinfo.Reservation = reservation
+	}
 	refund := func(why error) {
 		if reserved {
 			p.settleAccount(rinfo, nil, why)
