@@ -341,6 +341,12 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 		}
 		seen = qj.Version
 		if qj.State.Terminal() {
+			if done := p.heldDone(qj.ID); done != nil {
+				select { // this Pool's runner is settling it: its outcome is fuller
+				case <-done:
+				case <-ctx.Done():
+				}
+			}
 			final(p.terminalEvent(qj))
 			return true
 		}

@@ -337,6 +337,16 @@ func (p *WorkflowPool) localOutcome(id string) (*outcome, <-chan struct{}) {
 	return nil, p.ending[id]
 }
 
+// heldDone returns the done channel of a job this Pool runs, or nil.
+func (p *WorkflowPool) heldDone(id string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if js := p.jobs[id]; js != nil && (js.leased || js.status == StatusRunning) && !js.terminal {
+		return js.done
+	}
+	return nil
+}
+
 // get reads a job's record, mapping the queue's errors to the Pool's.
 func (p *WorkflowPool) get(ctx context.Context, id string) (*queue.Job, error) {
 	if id == "" {
@@ -391,6 +401,15 @@ func (p *WorkflowPool) Wait(ctx context.Context, id string) (*Result, error) {
 		if qj.State.Terminal() {
 			if o, ending := p.localOutcome(id); o != nil || ending != nil {
 				continue
+			}
+			if done := p.heldDone(id); done != nil {
+				// This Pool's runner wrote the end and is settling it.
+				select {
+				case <-done:
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
 			return p.outcomeOf(qj)
 		}
