@@ -40,13 +40,17 @@ type Config struct {
 	// required; names must be unique and non-empty.
 	Backends []BackendConfig
 
-	// Queue holds the jobs. Defaults to an in-memory queue (memqueue with
-	// its defaults) that the Pool owns and closes in Stop. A caller-supplied
-	// Queue is never closed by the Pool. A Queue must not be shared by two
-	// running Pools (the Pool keeps each job's workflow in memory). A queue
-	// call that fails with a retryable error (queue.IsRetryable) is tried
-	// again a few times with backoff; when the Pool cannot settle a lease
-	// it reads the job back (Get) and follows the queue's record.
+	// Queue holds the jobs: each job's record is the whole truth about it
+	// (see "Jobs live in the queue" in the package docs), so several Pools,
+	// in one process or many, may share a Queue: any of them runs, waits
+	// for, watches or cancels any job on it, and a Pool started after
+	// another stopped goes on with its jobs. Defaults to an in-memory
+	// queue (memqueue with its defaults) of this Pool alone, which stays
+	// readable after Stop. A caller-supplied Queue is never closed by the
+	// Pool. A queue call that fails with a retryable error
+	// (queue.IsRetryable) is tried again a few times with backoff; when
+	// the Pool cannot settle a lease it reads the job back (Get) and
+	// follows the queue's record.
 	Queue *queue.Queue
 
 	// Failover configures the SmartFailover that blocks (backend, workflow)
@@ -93,10 +97,13 @@ type Config struct {
 	// Stats.EventsDropped); the Pool never blocks on it.
 	EventBuffer int
 
-	// Retention and MaxRetained bound the terminal job records the Pool
-	// keeps for Wait and Job: a record is dropped Retention after the job
-	// ended or when more than MaxRetained are kept (oldest first).
-	// Defaults 1h and 10,000.
+	// Retention and MaxRetained bound the full outcomes of jobs this Pool
+	// saw end (a Result with its eagerly downloaded files, an error with
+	// its whole chain) that it keeps in memory for Wait, Watch and Job: an
+	// outcome is dropped Retention after the job ended or when more than
+	// MaxRetained are kept (oldest first). After that, and for jobs other
+	// Pools ended, they answer from the queue's record (its summaries)
+	// for as long as the queue keeps it. Defaults 1h and 10,000.
 	Retention   time.Duration
 	MaxRetained int
 

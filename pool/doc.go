@@ -10,8 +10,8 @@
 // [WorkflowPool.Start] connects every backend in the background and starts the
 // dispatcher. A backend that is down at start does not stop the Pool: it
 // takes work once its WebSocket connects. [WorkflowPool.Stop] stops dispatching,
-// lets in-flight prompts finish, then closes the clients, the queue if the
-// Pool created it, and every event channel. When its context ends first it
+// lets in-flight prompts finish, then closes the clients and every event
+// channel; jobs still waiting stay in the queue for the next Pool. When its context ends first it
 // returns the context's error at once, and the stop goes on: in-flight
 // prompts are interrupted and their jobs requeued without counting the
 // attempt against MaxAttempts (it is still listed in the job's Attempts);
@@ -34,8 +34,38 @@
 // [WorkflowPool.Cancel] removes a queued job or interrupts a running one on its
 // backend; either way the job ends as cancelled, is not retried and blocks
 // no backend. [WorkflowPool.Job] returns the job's record: status, attempts (which
-// backend, which prompt, why it failed), timings. Terminal records are kept
-// for Config.Retention or up to Config.MaxRetained.
+// backend, which prompt, why it failed), timings. [WorkflowPool.Watch]
+// returns one job's events from its current state on, never losing its
+// terminal event.
+//
+// # Jobs live in the queue
+//
+// A job exists in its queue record only; a Pool keeps nothing in memory for
+// a job that waits. The record holds the workflow (stored once per distinct
+// workflow, content-addressed), the job's input overrides, its options, every
+// attempt (backend, prompt id, start and end, class, error summary) and its
+// result, all as plain data a database can store. So:
+//
+//   - several Pools may share one queue ([Config].Queue): any Pool runs any
+//     job, rebuilding it from its record, and Wait, Watch, Job and Cancel
+//     work for any job, whichever Pool enqueued or runs it;
+//   - a Pool started on a queue after another stopped (a deploy, a crash)
+//     goes on with its jobs. An attempt is written down with its prompt id
+//     before the prompt is sent; a Pool that takes over a job whose holder
+//     died asks that backend for the prompt and follows or collects it
+//     instead of running the job twice;
+//   - a batch over one workflow costs little: [WorkflowPool.Register] stores
+//     a [Template] once and [WorkflowPool.EnqueueTemplate] stores only each
+//     job's [Override]s (its structure hash is computed once, unless an
+//     override changes a model input);
+//   - [Subscribe] delivers the events of this Pool's work; Watch follows one
+//     job wherever it runs, through the queue's change feed.
+//
+// A Pool remembers the full outcome of the jobs it saw end (a Result with
+// its downloaded files, errors with their whole chain) for
+// Config.Retention or up to Config.MaxRetained; after that, and for jobs
+// other Pools ended, answers come from the record: errors then are
+// [*RecordedError]s (class, message, failing node).
 //
 // Jobs can carry input files ([EnqueueOpts].Inputs): on every attempt they
 // are uploaded to that attempt's backend and the workflow is patched with
