@@ -11,6 +11,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/files"
 	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/queue"
 )
@@ -52,6 +53,15 @@ type Config struct {
 	// the Pool cannot settle a lease it reads the job back (Get) and
 	// follows the queue's record.
 	Queue *queue.Queue
+
+	// Files, when set, keeps every output file beyond its backend: as a
+	// job completes, each of its outputs is streamed (never whole in
+	// memory) into the store, content-addressed under "outputs/", and the
+	// job's record keeps the references, so that Result.Open works from
+	// any Pool on the queue configured with the same store, after the
+	// backend forgot the file or went away. A file that cannot be stored
+	// fails the attempt like a failed download (the job is retried).
+	Files *files.Store
 
 	// Failover configures the SmartFailover that blocks (backend, workflow)
 	// pairs after backend faults. Defaults to failover's defaults (block

@@ -478,7 +478,15 @@ func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Att
 	ctx, cancel := bgCtx()
 	defer cancel()
 	p.fo.RecordSuccess(failover.Key{Backend: b.cfg.Name, Workflow: js.hash})
-	stored, err := json.Marshal(storedResult{Backend: b.cfg.Name, PromptID: cres.PromptID, Outputs: cres.Outputs, Recovered: cres.Recovered})
+	sr := storedResult{Backend: b.cfg.Name, PromptID: cres.PromptID, Outputs: cres.Outputs, Recovered: cres.Recovered}
+	p.mu.Lock()
+	for _, f := range js.downloads {
+		if f.Stored != nil {
+			sr.Stored = append(sr.Stored, storedFile{Node: f.Node, File: f.Ref, Ref: *f.Stored})
+		}
+	}
+	p.mu.Unlock()
+	stored, err := json.Marshal(sr)
 	if err != nil {
 		p.log.Error("a result cannot be stored", "job_id", js.id, "error", err)
 	}

@@ -58,7 +58,7 @@
 //     a [Template] once and [WorkflowPool.EnqueueTemplate] stores only each
 //     job's [Override]s (its structure hash is computed once, unless an
 //     override changes a model input);
-//   - [Subscribe] delivers the events of this Pool's work; Watch follows one
+//   - [WorkflowPool.Subscribe] delivers the events of this Pool's work; Watch follows one
 //     job wherever it runs, through the queue's change feed.
 //
 // A Pool remembers the full outcome of the jobs it saw end (a Result with

@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/files"
 	"github.com/comfypool/comfypool/pool"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
@@ -268,5 +270,37 @@ func TestWaitAcrossAGap(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("Wait missed the end")
 		}
+	})
+}
+
+// With a file store, outputs outlive their backend: a job run by one Pool
+// is read by another through the store, after the backend is gone.
+func TestOutputsOutliveTheirBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		disk, err := files.NewDiskStore(&files.DiskConfig{Dir: t.TempDir()})
+		require.NoError(t, err)
+		st, err := files.New(disk, &files.Config{Name: "shared"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		front := poolOn(t, q, "front", 1, func(c *pool.Config) { c.Files = st })
+		back := poolOn(t, q, "back", 1, func(c *pool.Config) { c.Files = st })
+		id, err := front.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		require.NoError(t, back.pool.Start(t.Context()))
+		ran, err := back.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		direct := readAll(t)(ran.Open(t.Context(), ran.Files()[0]))
+		require.True(t, bytes.HasPrefix(direct, []byte("\x89PNG")))
+
+		require.NoError(t, back.pool.Stop(t.Context()))
+		back.servers[0].Close() // the backend and its files are gone
+		res, err := front.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		of := res.OutputFiles()
+		require.Len(t, of, 1)
+		require.NotNil(t, of[0].Stored)
+		assert.Equal(t, "shared", of[0].Stored.Store)
+		assert.Equal(t, direct, readAll(t)(res.Open(t.Context(), of[0].Ref)), "read from the store by the other Pool")
 	})
 }

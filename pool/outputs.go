@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/files"
 )
 
 // DefaultMaxDownloadBytes is the default of Config.MaxDownloadBytes.
@@ -50,6 +51,9 @@ type OutputFile struct {
 	// EnqueueOpts.DownloadOutputs; Data is nil otherwise.
 	Data        []byte
 	ContentType string
+	// Stored is the file's copy in Config.Files, when one is configured:
+	// Result.Open reads it from there.
+	Stored *files.Ref
 }
 
 // OutputFiles returns the job's output files, nodes in id order, with the
@@ -79,6 +83,13 @@ func (r *Result) Open(ctx context.Context, ref comfy.FileRef) (io.ReadCloser, er
 	if r.pool == nil {
 		return nil, fmt.Errorf("%w: Result not produced by a Pool", ErrInvalid)
 	}
+	if f := r.files[i]; f.Stored != nil {
+		st := r.pool.cfg.Files
+		if st == nil || st.Name() != f.Stored.Store {
+			return nil, fmt.Errorf("%w: output file %q is in file store %q, which this Pool does not have", ErrNotFound, ref.Filename, f.Stored.Store)
+		}
+		return st.OpenRef(ctx, *f.Stored)
+	}
 	resp, err := r.pool.View(ctx, r.Backend, ref)
 	if err != nil {
 		return nil, err
@@ -102,7 +113,7 @@ func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputF
 		for _, ref := range cres.Outputs[n].Files() {
 			f := OutputFile{Backend: backend, Node: n, Ref: ref}
 			if i := slices.IndexFunc(got, func(g OutputFile) bool { return g.Node == n && g.Ref == ref }); i >= 0 {
-				f.Data, f.ContentType = got[i].Data, got[i].ContentType
+				f.Data, f.ContentType, f.Stored = got[i].Data, got[i].ContentType, got[i].Stored
 			}
 			out = append(out, f)
 		}
@@ -115,8 +126,11 @@ func outputFiles(backend string, cres *comfy.Result, got []OutputFile) []OutputF
 // job's record. A download error is returned as is (a backend fault: the
 // job is retried elsewhere); too many bytes give an *OutputTooLargeError.
 func (p *WorkflowPool) fetchOutputs(ctx context.Context, js *jobState, b *backend, cres *comfy.Result) error {
-	if !js.opts.DownloadOutputs || cres == nil {
+	if cres == nil {
 		return nil
+	}
+	if !js.opts.DownloadOutputs {
+		return p.storeOutputs(ctx, js, b, cres)
 	}
 	limit := p.cfg.MaxDownloadBytes
 	left := limit
@@ -139,6 +153,44 @@ func (p *WorkflowPool) fetchOutputs(ctx context.Context, js *jobState, b *backen
 			data = []byte{}
 		}
 		f.Data, f.ContentType = data, resp.ContentType
+		if st := p.cfg.Files; st != nil {
+			ref, err := st.PutContentAddressed(ctx, outputsPrefix, bytes.NewReader(data), &files.PutOptions{ContentType: f.ContentType, Size: int64(len(data))})
+			if err != nil {
+				return fmt.Errorf("pool: store output %q: %w", f.Ref.Filename, err)
+			}
+			f.Stored = &ref
+		}
+		got = append(got, f)
+	}
+	p.mu.Lock()
+	js.downloads = got
+	p.mu.Unlock()
+	return nil
+}
+
+// outputsPrefix names the outputs in Config.Files.
+const outputsPrefix = "outputs/"
+
+// storeOutputs streams the output files of a completed prompt from b into
+// Config.Files, when one is configured, and keeps their references in the
+// job's record (see Config.Files).
+func (p *WorkflowPool) storeOutputs(ctx context.Context, js *jobState, b *backend, cres *comfy.Result) error {
+	st := p.cfg.Files
+	if st == nil {
+		return nil
+	}
+	var got []OutputFile
+	for _, f := range outputFiles(b.cfg.Name, cres, nil) {
+		resp, err := b.client.View(ctx, f.Ref, nil)
+		if err != nil {
+			return fmt.Errorf("pool: download output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
+		}
+		ref, err := st.PutContentAddressed(ctx, outputsPrefix, resp.Body, &files.PutOptions{ContentType: resp.ContentType})
+		_ = resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("pool: store output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
+		}
+		f.ContentType, f.Stored = resp.ContentType, &ref
 		got = append(got, f)
 	}
 	p.mu.Lock()

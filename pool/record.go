@@ -11,6 +11,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/files"
 	"github.com/comfypool/comfypool/queue"
 )
 
@@ -102,6 +103,15 @@ type storedResult struct {
 	PromptID  string                  `json:"prompt_id"`
 	Outputs   map[string]comfy.Output `json:"outputs,omitempty"`
 	Recovered bool                    `json:"recovered,omitempty"`
+	// Stored are the outputs' copies in the Pool's file store.
+	Stored []storedFile `json:"stored,omitempty"`
+}
+
+// storedFile is one output file's copy in Config.Files.
+type storedFile struct {
+	Node string        `json:"node"`
+	File comfy.FileRef `json:"file"`
+	Ref  files.Ref     `json:"ref"`
 }
 
 // localTagPrefix starts the tag a job requires when its input files can
@@ -258,10 +268,14 @@ func (p *WorkflowPool) outcomeOf(qj *queue.Job) (*Result, error) {
 			}
 		}
 		cres := &comfy.Result{PromptID: sr.PromptID, Outputs: sr.Outputs, Recovered: sr.Recovered}
+		var got []OutputFile
+		for _, s := range sr.Stored {
+			got = append(got, OutputFile{Node: s.Node, Ref: s.File, ContentType: s.Ref.ContentType, Stored: &s.Ref})
+		}
 		return &Result{
 			JobID: qj.ID, Backend: sr.Backend, PromptID: sr.PromptID, Outputs: sr.Outputs,
 			Attempts: attemptsOf(qj.Attempts), Comfy: cres, pool: p,
-			files: outputFiles(sr.Backend, cres, nil),
+			files: outputFiles(sr.Backend, cres, got),
 		}, nil
 	case StatusCancelled:
 		return nil, ErrCancelled
