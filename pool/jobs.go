@@ -196,10 +196,13 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	// preference are in place before any lease or dispatch round of this
 	// Pool sees it (runJob and claim read them under p.mu).
 	locked := local || len(o.PreferBackends) > 0
-	if locked {
-		p.mu.Lock()
+	p.mu.Lock()
+	// Counted before the job can be leased (see roundMark and claim).
+	p.noteQueuedLocked(wh, 1)
+	p.enqueued.Add(1)
+	if !locked {
+		p.mu.Unlock()
 	}
-	p.enqueued.Add(1) // before the job can be leased (see roundMark)
 	qj, err := p.q.Enqueue(ctx, ep)
 	if errors.Is(err, queue.ErrNotFound) {
 		// The stored workflow was purged (PurgeWorkflows): store it again.
@@ -217,6 +220,9 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 		p.mu.Unlock()
 	}
 	if err != nil {
+		p.mu.Lock()
+		p.noteQueuedLocked(wh, -1)
+		p.mu.Unlock()
 		refund(err)
 		var de *queue.DuplicateError
 		if errors.As(err, &de) {
@@ -231,7 +237,6 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	if ke != nil {
 		ke.id = qj.ID
 	}
-	p.noteQueuedLocked(wh, 1)
 	if !s.QueueDeadline.IsZero() {
 		p.addDeadlineLocked(deadline{at: s.QueueDeadline, id: qj.ID, which: "queue"})
 	}
