@@ -1,6 +1,7 @@
 package memqueue
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/google/uuid"
@@ -67,6 +68,51 @@ func (q *Queue) toJob(b []byte) *queue.Job {
 		}
 	}
 	return j
+}
+
+// enqueuedJob returns the Job that Enqueue just stored as r from p: what
+// toJob gives for r's encoding, built from p without decoding it (the
+// record is fresh, so most fields are zero). Overrides and Payload share
+// one new array (each capped, so neither reaches the other).
+func (q *Queue) enqueuedJob(r *rec, p *queue.EnqueueParams) *queue.Job {
+	at := fromNanos(r.enq)
+	j := &queue.Job{
+		ID:              uuid.UUID(r.id).String(),
+		Version:         r.version,
+		State:           queue.StateQueued,
+		Priority:        int(r.priority),
+		Workflow:        q.syms.str(r.workflow),
+		WorkflowKey:     q.syms.str(r.wfKey),
+		Requires:        cloneStrings(p.Requires),
+		Needs:           cloneStrings(p.Needs),
+		ExcludeBackends: cloneStrings(p.ExcludeBackends),
+		IdempotencyKey:  p.IdempotencyKey,
+		MaxAttempts:     int(r.maxAtt),
+		EnqueuedAt:      at,
+		AvailableAt:     at,
+	}
+	if no, np := len(p.Overrides), len(p.Payload); no+np > 0 {
+		b := make([]byte, no+np)
+		copy(b, p.Overrides)
+		copy(b[no:], p.Payload)
+		if no > 0 {
+			j.Overrides = b[:no:no]
+		}
+		if np > 0 {
+			j.Payload = b[no:]
+		}
+	}
+	if len(p.Metadata) > 0 {
+		j.Metadata = maps.Clone(p.Metadata)
+	}
+	return j
+}
+
+func cloneStrings(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return slices.Clone(s)
 }
 
 func (q *Queue) errOf(e errSummary) queue.ErrorSummary {

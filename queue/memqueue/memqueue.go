@@ -712,7 +712,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	}
 	q.active++
 	q.enbucket(slot, &r) // r's sections are the arena's and p's
-	return q.toJob(q.rec(slot)), nil
+	return q.enqueuedJob(&r, p), nil
 }
 
 // Lease implements [queue.Driver].

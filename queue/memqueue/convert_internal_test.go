@@ -1,0 +1,67 @@
+package memqueue
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// TestEnqueuedJobMatchesRecord: the Job Enqueue builds from its params is
+// the one the stored record decodes to, for every kind of field, empty
+// and non-nil ones included.
+func TestEnqueuedJobMatchesRecord(t *testing.T) {
+	t.Parallel()
+	d, err := New(&Config{Capacity: -1})
+	require.NoError(t, err)
+	q := queue.New(d)
+	defer q.Close()
+	ctx := t.Context()
+	require.NoError(t, q.PutWorkflow(ctx, "tpl", []byte("{}")))
+	for _, p := range []queue.EnqueueParams{
+		{},
+		{Workflow: "structure", WorkflowKey: "tpl", Overrides: []byte("o"), MaxAttempts: 5},
+		{Overrides: []byte{}, Payload: []byte{}, Metadata: map[string]string{}, Requires: []string{}, Needs: []string{}},
+		{Payload: []byte("p"), Priority: -3},
+		{Overrides: []byte("over"), Payload: []byte("pay"), Priority: 1 << 40},
+		{
+			Workflow: "w", Metadata: map[string]string{"tenant": "t1", "user": "", "": "x"},
+			Requires: []string{"gpu", "sdxl"}, Needs: []string{"class:A", "value:B/c=d"},
+			ExcludeBackends: []string{"b1"}, IdempotencyKey: "k",
+		},
+	} {
+		j, err := q.Enqueue(ctx, p)
+		require.NoError(t, err)
+		d.mu.Lock()
+		slot, err := d.find(j.ID)
+		require.NoError(t, err)
+		want := d.toJob(d.rec(slot))
+		d.mu.Unlock()
+		assert.Equal(t, want, j, "%+v", p)
+	}
+}
+
+// TestEnqueuedJobOwnsItsBytes: the returned Overrides and Payload share
+// one array but neither reaches the other, and neither is the caller's
+// or the queue's.
+func TestEnqueuedJobOwnsItsBytes(t *testing.T) {
+	t.Parallel()
+	d, err := New(nil)
+	require.NoError(t, err)
+	q := queue.New(d)
+	defer q.Close()
+	ctx := t.Context()
+	over, pay := []byte("over"), []byte("pay")
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{Overrides: over, Payload: pay})
+	require.NoError(t, err)
+	_ = append(j.Overrides, 'X')
+	j.Overrides[0] = 'O'
+	over[1], pay[1] = '-', '-'
+	assert.Equal(t, []byte("pay"), j.Payload)
+	g, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("over"), g.Overrides)
+	assert.Equal(t, []byte("pay"), g.Payload)
+}
