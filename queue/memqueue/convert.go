@@ -9,13 +9,13 @@ import (
 	"github.com/comfypool/comfypool/queue"
 )
 
-// toJob decodes an encoded record into a fresh queue.Job: the only way a
+// toJob decodes slot's record into a fresh queue.Job: the only way a
 // record leaves the Queue. Byte slices and maps are new; strings are
 // immutable and may be shared.
-func (q *Queue) toJob(b []byte) *queue.Job {
-	r := decode(b)
+func (q *Queue) toJob(slot uint32) *queue.Job {
+	r := decode(q.rec(slot))
 	j := &queue.Job{
-		ID:              uuid.UUID(r.id).String(),
+		ID:              q.jobIDString(slot, r.seq),
 		Version:         r.version,
 		State:           stateCodes[r.state],
 		Priority:        int(r.priority),
@@ -70,14 +70,14 @@ func (q *Queue) toJob(b []byte) *queue.Job {
 	return j
 }
 
-// enqueuedJob returns the Job that Enqueue just stored as r from p: what
+// enqueuedJob returns the Job that Enqueue just stored in slot as r from p: what
 // toJob gives for r's encoding, built from p without decoding it (the
 // record is fresh, so most fields are zero). Overrides and Payload share
 // one new array (each capped, so neither reaches the other).
-func (q *Queue) enqueuedJob(r *rec, p *queue.EnqueueParams) *queue.Job {
+func (q *Queue) enqueuedJob(slot uint32, r *rec, p *queue.EnqueueParams) *queue.Job {
 	at := fromNanos(r.enq)
 	j := &queue.Job{
-		ID:              uuid.UUID(r.id).String(),
+		ID:              q.jobIDString(slot, r.seq),
 		Version:         r.version,
 		State:           queue.StateQueued,
 		Priority:        int(r.priority),

@@ -37,7 +37,7 @@ func TestEnqueuedJobMatchesRecord(t *testing.T) {
 		d.mu.Lock()
 		slot, err := d.find(j.ID)
 		require.NoError(t, err)
-		want := d.toJob(d.rec(slot))
+		want := d.toJob(slot)
 		d.mu.Unlock()
 		assert.Equal(t, want, j, "%+v", p)
 	}

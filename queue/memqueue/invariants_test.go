@@ -39,8 +39,11 @@ func (q *Queue) checkInvariants() error {
 		}
 		live++
 		r := decode(b)
-		if binary.BigEndian.Uint32(r.id[12:]) != uint32(slot) {
-			return fmt.Errorf("slot %d: the ID names slot %d", slot, binary.BigEndian.Uint32(r.id[12:]))
+		if id := q.jobID(uint32(slot), r.seq); binary.BigEndian.Uint32(id[12:]) != uint32(slot) {
+			return fmt.Errorf("slot %d: the ID names slot %d", slot, binary.BigEndian.Uint32(id[12:]))
+		}
+		if got, err := q.find(q.jobIDString(uint32(slot), r.seq)); err != nil || got != uint32(slot) {
+			return fmt.Errorf("slot %d: its ID finds %d, %v", slot, got, err)
 		}
 		if s, ok := q.seqs.get(r.seq); !ok || s != uint32(slot) {
 			return fmt.Errorf("slot %d: seqs map", slot)

@@ -71,15 +71,15 @@ func (q *Queue) List(ctx context.Context, p *queue.ListParams) (*queue.ListPage,
 	}
 	var last uint64
 	for x, ok := q.first(drive, lo, hi, p.OldestFirst); ok; x, ok = q.step(drive, x, lo, hi, p.OldestFirst) {
-		b, ok := q.match(&f, x)
-		if !ok || len(p.States) > 0 && !wanted[recState(b)] {
+		slot, ok := q.match(&f, x)
+		if !ok || len(p.States) > 0 && !wanted[recState(q.rec(slot))] {
 			continue
 		}
 		if len(page.Jobs) == p.Limit {
 			page.Next = cursorPrefix + strconv.FormatUint(last, 36)
 			break
 		}
-		page.Jobs = append(page.Jobs, q.toJob(b))
+		page.Jobs = append(page.Jobs, q.toJob(slot))
 		last = x
 	}
 	return page, nil
@@ -147,7 +147,7 @@ func (q *Queue) firstSeqAt(t int64) uint64 {
 			continue
 		}
 		slot, _ := q.seqs.get(x)
-		if h, _ := decodeHead(q.rec(slot)); h.enq >= t {
+		if recEnq(q.rec(slot)) >= t {
 			hi = mid
 		} else {
 			lo = x + 1
@@ -157,29 +157,30 @@ func (q *Queue) firstSeqAt(t int64) uint64 {
 }
 
 // match reports whether job x passes the index sets (all but the one that
-// may be driving, which holds it anyway) and the finished range.
-func (q *Queue) match(f *listFilter, x uint64) ([]byte, bool) {
+// may be driving, which holds it anyway) and the finished range, and
+// returns its slot.
+func (q *Queue) match(f *listFilter, x uint64) (uint32, bool) {
 	for _, s := range f.sets {
 		if !s.has(x) {
-			return nil, false
+			return 0, false
 		}
 	}
 	slot, ok := q.seqs.get(x)
 	if !ok {
-		return nil, false
+		return 0, false
 	}
-	b := q.rec(slot)
 	if f.byFinished {
+		b := q.rec(slot)
 		if !terminal(recState(b)) {
-			return nil, false
+			return 0, false
 		}
 		h, _ := decodeHead(b)
 		fin := h.finished
 		if f.finLo != 0 && fin < f.finLo || f.finHi != 0 && fin >= f.finHi {
-			return nil, false
+			return 0, false
 		}
 	}
-	return b, true
+	return slot, true
 }
 
 // first and step walk the union of sets within [lo, hi] in either order.
@@ -246,8 +247,8 @@ func (q *Queue) count(f *listFilter) map[queue.State]int {
 		drive = f.sets[:1]
 	}
 	for x, ok := q.first(drive, f.lo, f.hi, true); ok; x, ok = q.step(drive, x, f.lo, f.hi, true) {
-		if b, ok := q.match(f, x); ok {
-			counts[stateCodes[recState(b)]]++
+		if slot, ok := q.match(f, x); ok {
+			counts[stateCodes[recState(q.rec(slot))]]++
 		}
 	}
 	return counts

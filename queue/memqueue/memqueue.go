@@ -3,6 +3,8 @@ package memqueue
 import (
 	"cmp"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -88,7 +90,9 @@ type Queue struct {
 
 	mu     sync.Mutex
 	closed bool
-	rnd    *rand.ChaCha8 // job IDs and lease tokens
+	rnd    *rand.ChaCha8 // lease tokens
+	idKey  cipher.Block  // job IDs (see jobID)
+	idBuf  []byte        // jobID's block (16 bytes), here so as not to allocate one a call
 
 	// Records.
 	recs pvec[[]byte] // slot → encoded record; nil when free (a job ID names its slot)
@@ -178,12 +182,18 @@ func New(cfg *Config) (*Queue, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var seed [32]byte
+	var seed [32 + 16]byte
 	_, _ = crand.Read(seed[:]) // never fails (crypto/rand panics rather)
+	idKey, err := aes.NewCipher(seed[32:])
+	if err != nil {
+		panic(err) // a 16-byte key is valid
+	}
 	q := &Queue{
 		cfg:        c,
 		now:        c.Test.Now,
-		rnd:        rand.NewChaCha8(seed),
+		rnd:        rand.NewChaCha8([32]byte(seed[:32])),
+		idKey:      idKey,
+		idBuf:      make([]byte, 16),
 		syms:       newSymtab(),
 		keys:       map[string]uint32{},
 		wfs:        map[uint32]*wfBuckets{},
@@ -353,16 +363,30 @@ func (q *Queue) newToken() [16]byte {
 	return b
 }
 
-// newJobID returns a job ID for slot: a version 8 (custom) UUID of 90
-// random bits and the slot number in its last four bytes, so that finding
-// a record by ID needs no map (a million-entry hash map costs a cache miss
-// per lookup and about 35 bytes per job). The random bits tell a job from
-// the earlier jobs of the same slot.
-func (q *Queue) newJobID(slot uint32) [16]byte {
-	b := q.newToken()
+// jobID returns the ID of the job with sequence number seq in slot: a
+// version 8 (custom) UUID whose last four bytes are the slot, so that
+// finding a record by ID needs no map (a million-entry hash map costs a
+// cache miss per lookup and about 35 bytes per job), and whose other 90
+// bits are a keyed pseudo-random function of the slot and seq (AES under a
+// key drawn by New): they tell a job from the earlier jobs of the same
+// slot, cannot be guessed from other IDs, and cost the record no bytes (a
+// record is found by slot, then its seq checked against the ID's).
+// The caller must hold q.mu.
+func (q *Queue) jobID(slot uint32, seq uint64) [16]byte {
+	binary.LittleEndian.PutUint64(q.idBuf[:8], seq)
+	binary.LittleEndian.PutUint32(q.idBuf[8:12], slot)
+	clear(q.idBuf[12:])
+	q.idKey.Encrypt(q.idBuf, q.idBuf)
+	b := [16]byte(q.idBuf)
 	b[6] = b[6]&0x0f | 0x80
+	b[8] = b[8]&0x3f | 0x80
 	binary.BigEndian.PutUint32(b[12:], slot)
 	return b
+}
+
+// jobIDString returns jobID as a string.
+func (q *Queue) jobIDString(slot uint32, seq uint64) string {
+	return uuid.UUID(q.jobID(slot, seq)).String()
 }
 
 // parseID returns the 16 bytes of an ID or token; ok is false when s is not
@@ -403,7 +427,7 @@ func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 		*p = append([]byte(nil), q.buf...)
 	}
 	if publish {
-		q.publish(nw)
+		q.publish(slot, nw)
 	}
 }
 
@@ -516,7 +540,6 @@ func (q *Queue) insert(r *rec) uint32 {
 		q.recs.push(nil)
 		q.pos.push(-1)
 	}
-	r.id = q.newJobID(slot)
 	r.eachSym(q.syms.retain)
 	q.buf = r.encode(q.buf[:0])
 	*q.recs.at(int(slot)) = append([]byte(nil), q.buf...)
@@ -529,7 +552,7 @@ func (q *Queue) insert(r *rec) uint32 {
 	indexAdd(q.byWorkflow, r.workflow, r.seq)
 	indexAdd(q.byWfKey, r.wfKey, r.seq)
 	q.eachMeta(r, func(k metaKey) { indexAdd(q.byMeta, k, r.seq) })
-	q.publish(r)
+	q.publish(slot, r)
 	return slot
 }
 
@@ -662,7 +685,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	defer q.end(now)
 	if k := p.IdempotencyKey; k != "" {
 		if slot, ok := q.keys[k]; ok {
-			return nil, &queue.DuplicateError{Key: k, ExistingID: uuid.UUID(q.load(slot).id).String()}
+			return nil, &queue.DuplicateError{Key: k, ExistingID: q.jobIDString(slot, recSeq(q.rec(slot)))}
 		}
 	}
 	if q.full() {
@@ -712,7 +735,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	}
 	q.active++
 	q.enbucket(slot, &r) // r's sections are the arena's and p's
-	return q.enqueuedJob(&r, p), nil
+	return q.enqueuedJob(slot, &r, p), nil
 }
 
 // Lease implements [queue.Driver].
@@ -744,14 +767,14 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	nw.leasedAt, nw.expires = now, now+int64(p.Duration)
 	q.write(slot, &old, &nw, true)
 	q.leased.push(hent{k: nw.expires, slot: slot})
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // find returns the job's slot, or an error wrapping queue.ErrNotFound.
 func (q *Queue) find(id string) (uint32, error) {
 	if b, ok := parseID(id); ok {
 		slot := binary.BigEndian.Uint32(b[12:])
-		if int(slot) < q.recs.len() && q.rec(slot) != nil && [16]byte(q.rec(slot)[1:17]) == b {
+		if int(slot) < q.recs.len() && q.rec(slot) != nil && q.jobID(slot, recSeq(q.rec(slot))) == b {
 			return slot, nil
 		}
 	}
@@ -788,7 +811,7 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 	nw.expires = now + int64(d)
 	q.write(slot, &old, &nw, false)
 	q.leased.fix(slot, nw.expires)
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // Begin implements [queue.Driver].
@@ -813,7 +836,7 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParam
 	nw.attempts = q.section(func(b []byte) []byte { return a.encode(append(b, prev...), nw.enq) })
 	nw.nAtt++
 	q.write(slot, &old, &nw, true)
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // Complete implements [queue.Driver].
@@ -834,7 +857,7 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 	nw.result = result
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(q.rec(slot))
+	j := q.toJob(slot)
 	q.prune(now)
 	return j, nil
 }
@@ -870,7 +893,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		nw.errsec = q.errSection(p.Error)
 		q.write(slot, &old, &nw, true)
 		q.finished(slot, &nw, now)
-		j := q.toJob(q.rec(slot))
+		j := q.toJob(slot)
 		q.prune(now)
 		return j, nil
 	case p.RetryAfter > 0:
@@ -882,7 +905,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		q.write(slot, &old, &nw, true)
 		q.makeQueued(slot)
 	}
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // setNeeds replaces r's Needs when needs is not nil.
@@ -910,7 +933,7 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 	nw.state, nw.avail, nw.hasToken, nw.expires = cQueued, now, false, 0
 	q.write(slot, &old, &nw, true)
 	q.makeQueued(slot)
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // Cancel implements [queue.Driver].
@@ -946,7 +969,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 	nw.errsec = q.errSection(p.Error)
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(q.rec(slot))
+	j := q.toJob(slot)
 	q.prune(now)
 	q.signalReady()
 	return j, nil
@@ -975,7 +998,7 @@ func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
 	q.write(slot, &old, &nw, true)
 	q.active++
 	q.makeQueued(slot)
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // Get implements [queue.Driver].
@@ -989,7 +1012,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return q.toJob(q.rec(slot)), nil
+	return q.toJob(slot), nil
 }
 
 // Stats implements [queue.Driver].

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -260,6 +261,41 @@ func TestRetainNone(t *testing.T) {
 	_, err = q.Get(ctx, j.ID)
 	assert.ErrorIs(t, err, queue.ErrNotFound)
 	assert.Zero(t, d.Len())
+}
+
+// TestIDOfAnEarlierJobInTheSlot: a job's ID names its record's slot; once
+// the job is dropped and another takes the slot, the old ID finds nothing
+// (nor does any other ID naming the slot), and the new job gets an ID of
+// its own. IDs are version 8 UUIDs.
+func TestIDOfAnEarlierJobInTheSlot(t *testing.T) {
+	t.Parallel()
+	q, d := newQueue(t, &memqueue.Config{MaxRetained: -1})
+	ctx := t.Context()
+	first, err := q.Enqueue(ctx, queue.EnqueueParams{Workflow: "a"})
+	require.NoError(t, err)
+	l := leaseOne(t, q)
+	_, err = q.Complete(ctx, l.ID, l.LeaseToken, nil)
+	require.NoError(t, err)
+	require.Zero(t, d.Len())
+	second, err := q.Enqueue(ctx, queue.EnqueueParams{Workflow: "b"})
+	require.NoError(t, err)
+	require.Equal(t, first.ID[28:], second.ID[28:], "the second job takes the first's slot (the last four bytes)")
+	assert.NotEqual(t, first.ID, second.ID)
+	_, err = q.Get(ctx, first.ID)
+	assert.ErrorIs(t, err, queue.ErrNotFound)
+	forged := []byte(second.ID)
+	forged[0] ^= 1
+	_, err = q.Get(ctx, string(forged))
+	assert.ErrorIs(t, err, queue.ErrNotFound)
+	g, err := q.Get(ctx, second.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "b", g.Workflow)
+	for _, id := range []string{first.ID, second.ID} {
+		u, err := uuid.Parse(id)
+		require.NoError(t, err)
+		assert.Equal(t, uuid.Version(8), u.Version())
+		assert.Equal(t, uuid.RFC4122, u.Variant())
+	}
 }
 
 func requireReady(t *testing.T, ready <-chan struct{}, want bool, msg string) {

@@ -11,37 +11,47 @@ import (
 // A job record is stored only in this encoded form, the way a database row
 // would be: every read decodes a fresh queue.Job, so nothing is shared
 // between the callers (two pools on one Queue see each other's writes only
-// through the encoding). Layout, version 1:
+// through the encoding). Layout:
 //
-//	[0]      format (1)
-//	[1:17]   job ID (a UUID's 16 bytes)
-//	[17]     state code (see stateCodes)
-//	[18]     flags: bit 0 set when a lease token follows the varints
-//	uvarint  version, seq
+//	[0]      state code (bits 0-2, see stateCodes) and flags (bits 3-7,
+//	         see flagToken and the flags of the optional times)
+//	[1:9]    enqueued at (Unix nanoseconds, little endian)
+//	uvarint  seq, version
 //	varint   priority
 //	uvarint  symbols: workflow, workflow key, leased by
 //	uvarint  max attempts, attempts used, number of attempt records
-//	varint   enqueued at (Unix nanoseconds)
-//	uvarint  available at, leased at, lease expires at, finished at:
-//	         0 for the zero time, else zigzag(t - enqueued at) + 1
-//	[16]     lease token, when flag bit 0
-//	then ten sections, each a uvarint length and its bytes:
-//	  idempotency key; overrides; payload;
-//	  metadata: uvarint n, then n × (key symbol, uvarint length, value);
-//	  requires, needs, exclude backends: uvarint n, then n symbols;
-//	  result;
-//	  error (empty when zero): class symbol, message, node id, node type symbol;
-//	  attempts: for each, backend symbol, prompt id, started, ended (times
-//	    as above), class symbol, error class symbol, message, node id,
-//	    node type symbol, counted byte.
+//	uvarint  available at (only when it is not the enqueued at), leased
+//	         at, lease expires at, finished at (each only when not the
+//	         zero time, said by its flag): zigzag(t - enqueued at)
+//	[16]     lease token, when flagToken
+//	uvarint  which of the ten sections are not empty (bit i: section i)
+//	then each section that is not empty, as a uvarint length and its bytes:
+//	  0 idempotency key; 1 overrides; 2 payload;
+//	  3 metadata: uvarint n, then n × (key symbol, uvarint length, value);
+//	  4 requires, 5 needs, 6 exclude backends: uvarint n, then n symbols;
+//	  7 result;
+//	  8 error: class symbol, message, node id, node type symbol;
+//	  9 attempts: for each, backend symbol, prompt id, started, ended
+//	    (times as in the old form: 0 for the zero time, else
+//	    zigzag(t - enqueued at) + 1), class symbol, error class symbol,
+//	    message, node id, node type symbol, counted byte.
 //
-// Strings that repeat across jobs are symbols of the Queue's symtab;
-// messages, values and ids are inline (uvarint length and bytes). A queued
-// job over a stored template with no metadata takes about 50 bytes plus
-// its overrides and payload.
-const recFormat = 1
-
-const flagToken = 1
+// The job ID is not stored: it is derived from the slot and seq (see
+// Queue.jobID). Strings that repeat across jobs are symbols of the Queue's
+// symtab; messages, values and ids are inline (uvarint length and bytes).
+// A queued job over a stored template with no metadata takes about 21
+// bytes plus its overrides and payload (and a length byte for each).
+//
+// The form lives only in memory: it has no version byte, and changes
+// freely with the code.
+const (
+	flagToken    = 1 << 3
+	flagAvail    = 1 << 4
+	flagLeasedAt = 1 << 5
+	flagExpires  = 1 << 6
+	flagFinished = 1 << 7
+	stateMask    = 1<<3 - 1
+)
 
 var stateCodes = [...]queue.State{
 	queue.StateQueued, queue.StateLeased, queue.StateRetrying,
@@ -73,7 +83,6 @@ func terminal(c uint8) bool { return c >= cCompleted }
 // (or, for a section a write replaces, fresh bytes): decoding one costs no
 // allocation, and a write copies the sections it does not change.
 type rec struct {
-	id       [16]byte
 	state    uint8
 	version  uint64
 	seq      uint64
@@ -119,15 +128,26 @@ func putString(b []byte, s string) []byte {
 
 // encode appends r's encoding to b.
 func (r *rec) encode(b []byte) []byte {
-	b = append(b, recFormat)
-	b = append(b, r.id[:]...)
-	var flags byte
+	head := r.state
 	if r.hasToken {
-		flags |= flagToken
+		head |= flagToken
 	}
-	b = append(b, r.state, flags)
-	b = binary.AppendUvarint(b, r.version)
+	if r.avail != r.enq {
+		head |= flagAvail
+	}
+	if r.leasedAt != 0 {
+		head |= flagLeasedAt
+	}
+	if r.expires != 0 {
+		head |= flagExpires
+	}
+	if r.finished != 0 {
+		head |= flagFinished
+	}
+	b = append(b, head)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.enq))
 	b = binary.AppendUvarint(b, r.seq)
+	b = binary.AppendUvarint(b, r.version)
 	b = binary.AppendVarint(b, r.priority)
 	b = binary.AppendUvarint(b, uint64(r.workflow))
 	b = binary.AppendUvarint(b, uint64(r.wfKey))
@@ -135,15 +155,30 @@ func (r *rec) encode(b []byte) []byte {
 	b = binary.AppendUvarint(b, r.maxAtt)
 	b = binary.AppendUvarint(b, r.used)
 	b = binary.AppendUvarint(b, r.nAtt)
-	b = binary.AppendVarint(b, r.enq)
-	for _, t := range [...]int64{r.avail, r.leasedAt, r.expires, r.finished} {
-		b = putTime(b, t, r.enq)
+	for _, t := range [...]struct {
+		flag byte
+		t    int64
+	}{{flagAvail, r.avail}, {flagLeasedAt, r.leasedAt}, {flagExpires, r.expires}, {flagFinished, r.finished}} {
+		if head&t.flag != 0 {
+			d := t.t - r.enq
+			b = binary.AppendUvarint(b, uint64(d<<1^d>>63))
+		}
 	}
 	if r.hasToken {
 		b = append(b, r.token[:]...)
 	}
-	for _, s := range r.sections() {
-		b = putBytes(b, *s)
+	secs := r.sections()
+	var mask uint64
+	for i, s := range secs {
+		if len(*s) > 0 {
+			mask |= 1 << i
+		}
+	}
+	b = binary.AppendUvarint(b, mask)
+	for _, s := range secs {
+		if len(*s) > 0 {
+			b = putBytes(b, *s)
+		}
 	}
 	return b
 }
@@ -188,6 +223,12 @@ func (d *reader) time(base int64) int64 {
 	return base + (int64(v>>1) ^ -int64(v&1))
 }
 
+// delta reads a time written as zigzag(t - base).
+func (d *reader) delta(base int64) int64 {
+	v := d.uvarint()
+	return base + (int64(v>>1) ^ -int64(v&1))
+}
+
 func (d *reader) bytes() []byte {
 	n := int(d.uvarint())
 	s := d.b[d.i : d.i+n : d.i+n]
@@ -206,25 +247,28 @@ func (d *reader) done() bool { return d.i >= len(d.b) }
 // decode decodes a record; its sections alias b.
 func decode(b []byte) rec {
 	r, d := decodeHead(b)
-	for _, s := range r.sections() {
-		*s = d.bytes()
+	mask := d.uvarint()
+	for i, s := range r.sections() {
+		if mask&(1<<i) != 0 {
+			*s = d.bytes()
+		}
 	}
 	return r
 }
 
 // decodeHead decodes a record's header (all but the sections, which it
-// leaves nil) and returns a reader at the first section.
+// leaves nil) and returns a reader at the section mask.
 func decodeHead(b []byte) (rec, reader) {
-	if len(b) < 19 || b[0] != recFormat {
+	if len(b) < recHeadMin {
 		panic("memqueue: corrupt record")
 	}
 	var r rec
-	copy(r.id[:], b[1:17])
-	r.state = b[17]
-	flags := b[18]
-	d := reader{b: b, i: 19}
-	r.version = d.uvarint()
+	head := b[0]
+	r.state = head & stateMask
+	r.enq = recEnq(b)
+	d := reader{b: b, i: 9}
 	r.seq = d.uvarint()
+	r.version = d.uvarint()
 	r.priority = d.varint()
 	r.workflow = d.sym()
 	r.wfKey = d.sym()
@@ -232,20 +276,40 @@ func decodeHead(b []byte) (rec, reader) {
 	r.maxAtt = d.uvarint()
 	r.used = d.uvarint()
 	r.nAtt = d.uvarint()
-	r.enq = d.varint()
-	r.avail = d.time(r.enq)
-	r.leasedAt = d.time(r.enq)
-	r.expires = d.time(r.enq)
-	r.finished = d.time(r.enq)
-	if flags&flagToken != 0 {
+	r.avail = r.enq
+	if head&flagAvail != 0 {
+		r.avail = d.delta(r.enq)
+	}
+	if head&flagLeasedAt != 0 {
+		r.leasedAt = d.delta(r.enq)
+	}
+	if head&flagExpires != 0 {
+		r.expires = d.delta(r.enq)
+	}
+	if head&flagFinished != 0 {
+		r.finished = d.delta(r.enq)
+	}
+	if head&flagToken != 0 {
 		copy(r.token[:], d.fixed(16))
 		r.hasToken = true
 	}
 	return r, d
 }
 
+// recHeadMin is the least length of an encoded record.
+const recHeadMin = 9 + 9 + 1
+
 // recState returns a record's state code without decoding it.
-func recState(b []byte) uint8 { return b[17] }
+func recState(b []byte) uint8 { return b[0] & stateMask }
+
+// recEnq returns a record's enqueued at without decoding it.
+func recEnq(b []byte) int64 { return int64(binary.LittleEndian.Uint64(b[1:9])) }
+
+// recSeq returns a record's sequence number, decoding only it.
+func recSeq(b []byte) uint64 {
+	d := reader{b: b, i: 9}
+	return d.uvarint()
+}
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {

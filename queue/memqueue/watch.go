@@ -3,8 +3,6 @@ package memqueue
 import (
 	"context"
 
-	"github.com/google/uuid"
-
 	"github.com/comfypool/comfypool/queue"
 )
 
@@ -36,12 +34,13 @@ func (q *Queue) Subscribe(ctx context.Context, buffer int) (<-chan queue.Change,
 	return s.ch, stop, nil
 }
 
-// publish sends the change r's write made to every subscriber.
-func (q *Queue) publish(r *rec) {
+// publish sends the change the write of r in slot made to every
+// subscriber.
+func (q *Queue) publish(slot uint32, r *rec) {
 	if len(q.subs) == 0 {
 		return
 	}
-	c := queue.Change{JobID: uuid.UUID(r.id).String(), State: stateCodes[r.state], Version: r.version}
+	c := queue.Change{JobID: q.jobIDString(slot, r.seq), State: stateCodes[r.state], Version: r.version}
 	for s := range q.subs {
 		select {
 		case s.ch <- c:
