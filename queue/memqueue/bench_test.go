@@ -102,14 +102,6 @@ func BenchmarkLeaseNeedsSkew(b *testing.B) {
 	}
 }
 
-// usage is what readUsage measures.
-type usage struct {
-	cpu    time.Duration
-	faults int64
-}
-
-func (u usage) sub(v usage) usage { return usage{u.cpu - v.cpu, u.faults - v.faults} }
-
 // liveHeap returns the live heap after a full collection.
 func liveHeap() uint64 {
 	runtime.GC()
@@ -155,12 +147,6 @@ func enqueueBench(b *testing.B, q *queue.Queue, n int) {
 	}
 }
 
-// reportUsage reports u per op: CPU time and page faults.
-func reportUsage(b *testing.B, u usage, n int) {
-	b.ReportMetric(float64(u.cpu.Nanoseconds())/float64(n), "cpu-ns/op")
-	b.ReportMetric(float64(u.faults)/float64(n), "faults/op")
-}
-
 // BenchmarkEnqueueTemplate measures one Enqueue of the scale scenario
 // into a queue that grows by b.N jobs: time, CPU (the process's, GC
 // included), page faults and allocations per Enqueue, and the live heap
@@ -172,11 +158,11 @@ func BenchmarkEnqueueTemplate(b *testing.B) {
 	defer q.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
-	u := readUsage()
+	u := memqueue.ReadUsage()
 	enqueueBench(b, q, b.N)
-	u = readUsage().sub(u)
+	u = memqueue.ReadUsage().Sub(u)
 	b.StopTimer()
-	reportUsage(b, u, b.N)
+	u.Report(b, b.N)
 	perJob := float64(liveHeap()-before) / float64(b.N)
 	b.ReportMetric(perJob, "heap-B/job")
 	b.ReportMetric(perJob-benchOverrides, "heap-B/job-beyond-overrides")
@@ -194,7 +180,7 @@ func BenchmarkLeaseComplete(b *testing.B) {
 	lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
 	b.ReportAllocs()
 	b.ResetTimer()
-	u := readUsage()
+	u := memqueue.ReadUsage()
 	for range b.N {
 		j, err := q.Lease(ctx, lp)
 		if err != nil || j == nil {
@@ -204,7 +190,7 @@ func BenchmarkLeaseComplete(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reportUsage(b, readUsage().sub(u), b.N)
+	memqueue.ReadUsage().Sub(u).Report(b, b.N)
 }
 
 // BenchmarkMillion is the scale check for the in-memory driver,
@@ -222,13 +208,13 @@ func BenchmarkMillion(b *testing.B) {
 	for b.Loop() {
 		before := liveHeap()
 		q := newBenchQueue(b)
-		start, u := time.Now(), readUsage()
+		start, u := time.Now(), memqueue.ReadUsage()
 		enqueueBench(b, q, n)
-		enqueue, eu := time.Since(start), readUsage().sub(u)
+		enqueue, eu := time.Since(start), memqueue.ReadUsage().Sub(u)
 		perJob := float64(liveHeap()-before) / n
 		ctx := context.Background()
 		lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
-		start, u = time.Now(), readUsage()
+		start, u = time.Now(), memqueue.ReadUsage()
 		for range n {
 			j, err := q.Lease(ctx, lp)
 			if err != nil || j == nil {
@@ -238,14 +224,14 @@ func BenchmarkMillion(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		settle, su := time.Since(start), readUsage().sub(u)
+		settle, su := time.Since(start), memqueue.ReadUsage().Sub(u)
 		b.ReportMetric(perJob, "heap-B/queued-job")
 		b.ReportMetric(perJob-benchOverrides, "heap-B/job-beyond-overrides")
 		b.ReportMetric(float64(enqueue.Nanoseconds())/n, "enqueue-ns/job")
-		b.ReportMetric(float64(eu.cpu.Nanoseconds())/n, "enqueue-cpu-ns/job")
-		b.ReportMetric(float64(eu.faults)/n, "enqueue-faults/job")
+		b.ReportMetric(float64(eu.CPU.Nanoseconds())/n, "enqueue-cpu-ns/job")
+		b.ReportMetric(float64(eu.Faults)/n, "enqueue-faults/job")
 		b.ReportMetric(settle.Seconds(), "lease+complete-s/1M")
-		b.ReportMetric(su.cpu.Seconds(), "lease+complete-cpu-s/1M")
+		b.ReportMetric(su.CPU.Seconds(), "lease+complete-cpu-s/1M")
 		runtime.KeepAlive(q)
 		_ = q.Close()
 	}

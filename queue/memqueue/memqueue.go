@@ -655,15 +655,16 @@ func (q *Queue) retainedCount() int {
 }
 
 // prune drops terminal records past retention or beyond MaxRetained,
-// oldest finished first.
+// oldest finished first. It runs on every call, so it reads no record
+// unless one is due.
 func (q *Queue) prune(now int64) {
 	for q.rhead < len(q.retained) {
 		e := q.retained[q.rhead]
+		over := q.cfg.MaxRetained == -1 || q.retainedCount() > q.cfg.MaxRetained
+		if !over && now < e.finished+int64(q.cfg.Retention) {
+			break // e is not due, stale or not
+		}
 		if q.retainedValid(e) {
-			over := q.cfg.MaxRetained == -1 || q.retainedCount() > q.cfg.MaxRetained
-			if !over && now < e.finished+int64(q.cfg.Retention) {
-				break
-			}
 			q.drop(e.slot)
 		}
 		q.rhead++
@@ -683,18 +684,28 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 		return nil, err
 	}
 	defer q.end(now)
+	slot, r, err := q.add(now, p)
+	if err != nil {
+		return nil, err
+	}
+	return q.enqueuedJob(slot, &r, p), nil
+}
+
+// add stores a new job from p and returns its slot and record, whose
+// header fields only are valid.
+func (q *Queue) add(now int64, p *queue.EnqueueParams) (uint32, rec, error) {
 	if k := p.IdempotencyKey; k != "" {
 		if slot, ok := q.keys[k]; ok {
-			return nil, &queue.DuplicateError{Key: k, ExistingID: q.jobIDString(slot, recSeq(q.rec(slot)))}
+			return 0, rec{}, &queue.DuplicateError{Key: k, ExistingID: q.jobIDString(slot, recSeq(q.rec(slot)))}
 		}
 	}
 	if q.full() {
-		return nil, &queue.FullError{Capacity: q.cfg.Capacity}
+		return 0, rec{}, &queue.FullError{Capacity: q.cfg.Capacity}
 	}
 	var wb *wfBody
 	if p.WorkflowKey != "" {
 		if wb = q.bodies[p.WorkflowKey]; wb == nil {
-			return nil, fmt.Errorf("%w: workflow %q is not stored", queue.ErrNotFound, p.WorkflowKey)
+			return 0, rec{}, fmt.Errorf("%w: workflow %q is not stored", queue.ErrNotFound, p.WorkflowKey)
 		}
 	}
 	q.arena = q.arena[:0]
@@ -735,7 +746,7 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 	}
 	q.active++
 	q.enbucket(slot, &r) // r's sections are the arena's and p's
-	return q.enqueuedJob(slot, &r, p), nil
+	return slot, r, nil
 }
 
 // Lease implements [queue.Driver].

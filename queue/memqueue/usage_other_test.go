@@ -1,6 +1,6 @@
 //go:build !unix
 
-package memqueue_test
+package memqueue
 
 // readUsage is not measured on this system.
 func readUsage() usage { return usage{} }

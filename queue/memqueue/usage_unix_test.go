@@ -1,6 +1,6 @@
 //go:build unix
 
-package memqueue_test
+package memqueue
 
 import (
 	"syscall"
@@ -17,5 +17,5 @@ func readUsage() usage {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return usage{}
 	}
-	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), faults: int64(ru.Minflt + ru.Majflt)}
+	return usage{CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), Faults: int64(ru.Minflt + ru.Majflt)}
 }
