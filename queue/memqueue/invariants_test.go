@@ -104,6 +104,9 @@ func (q *Queue) checkInvariants() error {
 			return fmt.Errorf("slot %d: idempotency key", slot)
 		}
 	}
+	if err := q.recs.checkStore(); err != nil {
+		return err
+	}
 	if live != q.live || counts != q.counts || q.all.len() != live {
 		return fmt.Errorf("live %d, counted %d, all %d, counts %v vs %v", live, q.live, q.all.len(), counts, q.counts)
 	}

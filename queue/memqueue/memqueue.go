@@ -95,7 +95,7 @@ type Queue struct {
 	idBuf  []byte        // jobID's block (16 bytes), here so as not to allocate one a call
 
 	// Records.
-	recs pvec[[]byte] // slot → encoded record; nil when free (a job ID names its slot)
+	recs store        // slot → encoded record (a job ID names its slot)
 	live int          // records held
 	pos  pvec[int32]  // slot → position in its heap, -1 when in none
 	free pvec[uint32] // free slots
@@ -208,6 +208,7 @@ func New(cfg *Config) (*Queue, error) {
 		ready:      make(chan struct{}, 1),
 	}
 	q.delayed.pos, q.leased.pos = &q.pos, &q.pos
+	q.recs.seqs = &q.seqs
 	return q, nil
 }
 
@@ -281,6 +282,7 @@ func (q *Queue) signalReady() {
 // tick applies the transitions due at now: retry delays that elapsed, leases
 // that expired, terminal records past retention.
 func (q *Queue) tick(now int64) {
+	q.recs.settle()
 	q.arena = q.arena[:0]
 	for e, ok := q.delayed.peek(); ok && e.k <= now; e, ok = q.delayed.peek() {
 		q.delayed.remove(e.slot)
@@ -400,15 +402,15 @@ func parseID(s string) ([16]byte, bool) {
 }
 
 // rec returns slot's encoded record (nil when the slot is free).
-func (q *Queue) rec(slot uint32) []byte { return *q.recs.at(int(slot)) }
+func (q *Queue) rec(slot uint32) []byte { return q.recs.get(slot) }
 
 func (q *Queue) load(slot uint32) rec { return decode(q.rec(slot)) }
 
 // write replaces slot's record old with nw, whose version it sets to
 // old's plus one: it moves symbol references and the state index for what
-// changed, stores the encoding (in place when it fits) and publishes a
-// change unless quiet. Afterwards only nw's header fields are valid: the
-// sections of old and nw may alias bytes overwritten in place.
+// changed, stores the encoding (in place when it has the same length) and
+// publishes a change unless quiet. Afterwards only nw's header fields are
+// valid: the sections of old and nw may alias bytes overwritten in place.
 func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 	nw.version = old.version + 1
 	q.buf = nw.encode(q.buf[:0])
@@ -419,13 +421,7 @@ func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 		q.byState[old.state].remove(nw.seq)
 		q.byState[nw.state].add(nw.seq)
 	}
-	p := q.recs.at(int(slot))
-	if cap(*p) >= len(q.buf) {
-		*p = (*p)[:len(q.buf)]
-		copy(*p, q.buf)
-	} else {
-		*p = append([]byte(nil), q.buf...)
-	}
+	q.recs.set(slot, q.buf)
 	if publish {
 		q.publish(slot, nw)
 	}
@@ -537,12 +533,12 @@ func (q *Queue) insert(r *rec) uint32 {
 		slot = q.free.pop()
 	} else {
 		slot = uint32(q.recs.len())
-		q.recs.push(nil)
+		q.recs.grow()
 		q.pos.push(-1)
 	}
 	r.eachSym(q.syms.retain)
 	q.buf = r.encode(q.buf[:0])
-	*q.recs.at(int(slot)) = append([]byte(nil), q.buf...)
+	q.recs.set(slot, q.buf)
 	*q.pos.at(int(slot)) = -1
 	q.live++
 	q.seqs.set(r.seq, slot)
@@ -623,7 +619,7 @@ func (q *Queue) drop(slot uint32) {
 	r.eachSym(q.syms.release)
 	q.live--
 	q.seqs.del(r.seq, q.seq)
-	*q.recs.at(int(slot)) = nil
+	q.recs.del(slot)
 	q.free.push(slot)
 }
 

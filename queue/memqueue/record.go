@@ -104,6 +104,9 @@ type rec struct {
 	idem, overrides, payload, meta, requires, needs, excludes, result, errsec, attempts []byte
 }
 
+// nSections is the number of sections of a record.
+const nSections = 10
+
 func (r *rec) sections() []*[]byte {
 	return []*[]byte{&r.idem, &r.overrides, &r.payload, &r.meta, &r.requires, &r.needs, &r.excludes, &r.result, &r.errsec, &r.attempts}
 }
@@ -294,6 +297,18 @@ func decodeHead(b []byte) (rec, reader) {
 		r.hasToken = true
 	}
 	return r, d
+}
+
+// recLen returns the length of the record b starts with.
+func recLen(b []byte) int {
+	_, d := decodeHead(b)
+	mask := d.uvarint()
+	for i := range nSections {
+		if mask&(1<<i) != 0 {
+			d.bytes()
+		}
+	}
+	return d.i
 }
 
 // recHeadMin is the least length of an encoded record.
