@@ -14,15 +14,15 @@ type wfBuckets struct {
 }
 
 // bucket holds the queued jobs of one (Workflow, Priority, Requires, Needs,
-// ExcludeBackends) combination, oldest first: a heap of 16-byte entries
-// keyed by enqueue sequence. Lease looks only at bucket heads, so its cost
-// grows with the number of buckets, not of jobs.
+// ExcludeBackends) combination, oldest first (see queued). Lease looks
+// only at bucket heads, so its cost grows with the number of buckets, not
+// of jobs.
 type bucket struct {
 	priority int64
 	requires []string
 	needs    []string
 	excludes []string
-	h        xheap
+	jobs     queued
 	// meets caches whether a capability set (by digest) meets needs: a
 	// set's content never changes under its digest.
 	meets map[string]bool
@@ -85,7 +85,7 @@ func (q *Queue) bucketFor(r *rec) *bucket {
 			priority: r.priority, requires: q.strs(symList(r.requires)),
 			needs: q.strs(symList(r.needs)), excludes: q.strs(symList(r.excludes)),
 		}
-		b.h.pos = &q.pos
+		b.jobs.late.pos = &q.pos
 		w.m[string(k)] = b
 	}
 	return b
@@ -101,7 +101,7 @@ func (q *Queue) makeQueued(slot uint32) {
 // valid.
 func (q *Queue) enbucket(slot uint32, r *rec) {
 	b := q.bucketFor(r)
-	b.h.push(hent{k: int64(r.seq), slot: slot})
+	b.jobs.push(slot, r.seq)
 	q.signalReady()
 }
 
@@ -111,8 +111,8 @@ func (q *Queue) unqueue(slot uint32, r *rec) {
 	var kb [64]byte
 	k := bucketKey(kb[:0], r)
 	b := w.m[string(k)]
-	b.h.remove(slot)
-	if b.h.len() == 0 {
+	b.jobs.remove(slot, r.seq)
+	if b.jobs.len() == 0 {
 		delete(w.m, string(k))
 		if len(w.m) == 0 {
 			delete(q.wfs, r.workflow)
@@ -138,7 +138,8 @@ func (q *Queue) best(p *queue.LeaseParams) (uint32, bool) {
 	}
 	var (
 		best     *bucket
-		bestHead hent
+		bestSeq  uint64
+		bestSlot uint32
 		bestPref bool
 	)
 	consider := func(w *wfBuckets) {
@@ -147,7 +148,7 @@ func (q *Queue) best(p *queue.LeaseParams) (uint32, bool) {
 		}
 		pref := slices.Contains(p.PreferWorkflows, w.name)
 		for _, b := range w.m {
-			h, ok := b.h.peek()
+			seq, slot, ok := b.jobs.peek()
 			if !ok {
 				continue
 			}
@@ -161,12 +162,12 @@ func (q *Queue) best(p *queue.LeaseParams) (uint32, bool) {
 					if !pref {
 						continue
 					}
-				case h.k > bestHead.k:
+				case seq > bestSeq:
 					continue
 				}
 			}
 			if q.accepts(b, p) {
-				best, bestHead, bestPref = b, h, pref
+				best, bestSeq, bestSlot, bestPref = b, seq, slot, pref
 			}
 		}
 	}
@@ -184,5 +185,5 @@ func (q *Queue) best(p *queue.LeaseParams) (uint32, bool) {
 	if best == nil {
 		return 0, false
 	}
-	return bestHead.slot, true
+	return bestSlot, true
 }

@@ -20,15 +20,39 @@ func (q *Queue) checkInvariants() error {
 	inHeap := map[uint32]bool{}
 	for _, w := range q.wfs {
 		for _, b := range w.m {
-			if b.h.len() == 0 {
+			if b.jobs.len() == 0 {
 				return fmt.Errorf("empty bucket kept")
 			}
-			for i := range b.h.len() {
-				e := *b.h.item(i)
+			n := 0
+			for i := range b.jobs.late.len() {
+				e := *b.jobs.late.item(i)
 				inHeap[e.slot] = true
+				n++
 				if *q.pos.at(int(e.slot)) != int32(i) {
 					return fmt.Errorf("slot %d: pos %d, at %d", e.slot, *q.pos.at(int(e.slot)), i)
 				}
+			}
+			var prev uint64
+			for i := range b.jobs.fifo.n {
+				e := *b.jobs.fifo.at(i)
+				if e.seq() <= prev {
+					return fmt.Errorf("fifo out of order: %d after %d", e.seq(), prev)
+				}
+				prev = e.seq()
+				if e.slot == tombSlot {
+					continue
+				}
+				inHeap[e.slot] = true
+				n++
+				if *q.pos.at(int(e.slot)) != fifoPos {
+					return fmt.Errorf("slot %d: pos %d, in a fifo", e.slot, *q.pos.at(int(e.slot)))
+				}
+				if recSeq(q.rec(e.slot)) != e.seq() || recState(q.rec(e.slot)) != cQueued {
+					return fmt.Errorf("slot %d: fifo entry of seq %d", e.slot, e.seq())
+				}
+			}
+			if n != b.jobs.len() {
+				return fmt.Errorf("bucket holds %d jobs, counted %d", b.jobs.len(), n)
 			}
 		}
 	}

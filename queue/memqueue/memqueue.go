@@ -1043,8 +1043,8 @@ func (q *Queue) Stats(ctx context.Context) (*queue.Stats, error) {
 	var oldest uint64
 	for _, w := range q.wfs {
 		for _, b := range w.m {
-			if e, ok := b.h.peek(); ok && (oldest == 0 || uint64(e.k) < oldest) {
-				oldest = uint64(e.k)
+			if seq, _, ok := b.jobs.peek(); ok && (oldest == 0 || seq < oldest) {
+				oldest = seq
 			}
 		}
 	}
