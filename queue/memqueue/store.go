@@ -1,5 +1,7 @@
 package memqueue
 
+import "encoding/binary"
+
 // store keeps the encoded records packed in blocks, byte arrays of many
 // records each, and finds a slot's record by an integer reference.
 // Allocating each record on its own cost a heap object, a 24-byte slice
@@ -9,16 +11,17 @@ package memqueue
 // and the references are plain integers, which the collector does not
 // scan.
 //
-// A record is appended to the tail block; a write of the same length goes
+// A record is appended to the tail block after its length (a uvarint); a
+// write of the same length goes
 // in place, any other appends the new encoding and leaves the old bytes
 // dead. A block with no live record left is released at once. Blocks
 // below half live are compacted (their live records moved to the tail,
 // found by walking the block: a record's sequence number names its slot)
-// only while the dead bytes exceed half the live ones, a few blocks per
+// only while the dead bytes exceed the live ones, a few blocks per
 // operation: a queue drains its blocks in about the order it filled them,
 // so most blocks empty on their own and are never copied, while the
-// records never take more than about one and a half times their size
-// (plus a few blocks). A released block is reused (after the operation
+// records never take more than about twice their size (plus a few
+// blocks). A released block is reused (after the operation
 // that released it: until then the records read from it stay intact) or
 // left to the collector. A record larger than bigRecord gets a block of
 // its own.
@@ -34,7 +37,7 @@ type store struct {
 	tail    uint32       // index of the block records are appended to
 	hasTail bool
 	next    int      // the size of the next new shared block
-	live    int      // bytes of live records in shared blocks
+	live    int      // bytes of live records (and their lengths) in shared blocks
 	dead    int      // bytes of shared blocks not live: dead records, and the unused end of past tails
 	sparse  []uint32 // blocks that fell below half live (some since emptied or reused)
 	spare   []*block // empty blocks of blockMax bytes to reuse
@@ -55,7 +58,7 @@ const (
 	blockMax   = 1 << 16 // offsets and lengths fit 16 bits
 	bigRecord  = blockMax / 4
 	refOffBits = 16
-	maxSpare   = 2
+	maxSpare   = 4
 	// compactSlack is the dead bytes tolerated whatever the live ones.
 	compactSlack = 4 * blockMax
 	// compactPerOp bounds the blocks compacted per operation.
@@ -103,8 +106,11 @@ func (s *store) del(slot uint32) {
 	*p = 0
 	idx := uint32(old>>32 - 1)
 	c := s.blocks[idx]
-	c.live -= n
-	if !c.own {
+	if c.own {
+		c.live -= n
+	} else {
+		n += uvarintLen(n)
+		c.live -= n
 		s.live -= n
 		s.dead += n
 	}
@@ -117,15 +123,25 @@ func (s *store) put(b []byte) uint64 {
 		idx := s.index(&block{b: append([]byte(nil), b...), live: len(b), own: true})
 		return uint64(idx+1) << 32
 	}
-	if !s.hasTail || cap(s.blocks[s.tail].b)-len(s.blocks[s.tail].b) < len(b) {
-		s.newTail(len(b))
+	need := uvarintLen(len(b)) + len(b)
+	if !s.hasTail || cap(s.blocks[s.tail].b)-len(s.blocks[s.tail].b) < need {
+		s.newTail(need)
 	}
 	c := s.blocks[s.tail]
+	c.b = binary.AppendUvarint(c.b, uint64(len(b)))
 	off := len(c.b)
 	c.b = append(c.b, b...)
-	c.live += len(b)
-	s.live += len(b)
+	c.live += need
+	s.live += need
 	return uint64(s.tail+1)<<32 | uint64(off)<<refOffBits | uint64(len(b))
+}
+
+func uvarintLen(n int) int {
+	k := 1
+	for ; n >= 0x80; n >>= 7 {
+		k++
+	}
+	return k
 }
 
 // newTail starts a new tail block with room for need bytes; the old one
@@ -199,18 +215,19 @@ func (s *store) releaseBlock(idx uint32) {
 func (s *store) compact(idx uint32) {
 	c := s.blocks[idx]
 	for off := 0; off < len(c.b); {
-		b := c.b[off:]
-		n := recLen(b)
+		n, k := binary.Uvarint(c.b[off:])
+		off += k
+		b := c.b[off : off+int(n)]
 		if slot, ok := s.seqs.get(recSeq(b)); ok {
 			p := s.refs.at(int(slot))
-			if *p == uint64(idx+1)<<32|uint64(off)<<refOffBits|uint64(n) {
-				*p = s.put(b[:n])
-				c.live -= n
-				s.live -= n
-				s.dead += n
+			if *p == uint64(idx+1)<<32|uint64(off)<<refOffBits|n {
+				*p = s.put(b)
+				c.live -= k + len(b)
+				s.live -= k + len(b)
+				s.dead += k + len(b)
 			}
 		}
-		off += n
+		off += int(n)
 	}
 	s.releaseBlock(idx)
 	s.compactions++
@@ -218,7 +235,7 @@ func (s *store) compact(idx uint32) {
 
 // settle starts an operation: it makes the blocks released by the last one
 // reusable, and compacts a few sparse blocks while the dead bytes exceed
-// half the live ones. Call it when no record read before it is in use.
+// the live ones. Call it when no record read before it is in use.
 func (s *store) settle() {
 	for _, c := range s.pending {
 		if len(s.spare) < maxSpare {
@@ -228,7 +245,7 @@ func (s *store) settle() {
 	}
 	clear(s.pending)
 	s.pending = s.pending[:0]
-	for done := 0; done < compactPerOp && s.dead > s.live/2+compactSlack && len(s.sparse) > 0; {
+	for done := 0; done < compactPerOp && s.dead > s.live+compactSlack && len(s.sparse) > 0; {
 		idx := s.sparse[len(s.sparse)-1]
 		s.sparse = s.sparse[:len(s.sparse)-1]
 		if c := s.blocks[idx]; c != nil && c.sparse {
