@@ -1,10 +1,9 @@
 package memqueue
 
 import (
+	"encoding/hex"
 	"maps"
 	"slices"
-
-	"github.com/google/uuid"
 
 	"github.com/comfypool/comfypool/queue"
 )
@@ -14,15 +13,15 @@ import (
 // immutable and may be shared.
 func (q *Queue) toJob(slot uint32) *queue.Job {
 	r := decode(q.rec(slot))
+	overrides, payload, result := cloneBytes3(r.overrides, r.payload, r.result)
 	j := &queue.Job{
-		ID:              q.jobIDString(slot, r.seq),
 		Version:         r.version,
 		State:           stateCodes[r.state],
 		Priority:        int(r.priority),
 		Workflow:        q.syms.str(r.workflow),
 		WorkflowKey:     q.syms.str(r.wfKey),
-		Overrides:       cloneBytes(r.overrides),
-		Payload:         cloneBytes(r.payload),
+		Overrides:       overrides,
+		Payload:         payload,
 		Requires:        q.strs(symList(r.requires)),
 		Needs:           q.strs(symList(r.needs)),
 		ExcludeBackends: q.strs(symList(r.excludes)),
@@ -35,11 +34,18 @@ func (q *Queue) toJob(slot uint32) *queue.Job {
 		LeaseExpiresAt:  fromNanos(r.expires),
 		FinishedAt:      fromNanos(r.finished),
 		LeasedBy:        q.syms.str(r.leasedBy),
-		Result:          cloneBytes(r.result),
+		Result:          result,
 		Error:           q.errOf(decodeErr(r.errsec)),
 	}
+	// The ID and the token share one string.
+	var ids [2 * uuidLen]byte
+	putUUID(ids[:uuidLen], q.jobID(slot, r.seq))
 	if r.hasToken {
-		j.LeaseToken = uuid.UUID(r.token).String()
+		putUUID(ids[uuidLen:], r.token)
+		both := string(ids[:])
+		j.ID, j.LeaseToken = both[:uuidLen], both[uuidLen:]
+	} else {
+		j.ID = string(ids[:uuidLen])
 	}
 	if len(r.meta) > 0 {
 		d := reader{b: r.meta}
@@ -91,17 +97,7 @@ func (q *Queue) enqueuedJob(slot uint32, r *rec, p *queue.EnqueueParams) *queue.
 		EnqueuedAt:      at,
 		AvailableAt:     at,
 	}
-	if no, np := len(p.Overrides), len(p.Payload); no+np > 0 {
-		b := make([]byte, no+np)
-		copy(b, p.Overrides)
-		copy(b[no:], p.Payload)
-		if no > 0 {
-			j.Overrides = b[:no:no]
-		}
-		if np > 0 {
-			j.Payload = b[no:]
-		}
-	}
+	j.Overrides, j.Payload, _ = cloneBytes3(p.Overrides, p.Payload, nil)
 	if len(p.Metadata) > 0 {
 		j.Metadata = maps.Clone(p.Metadata)
 	}
@@ -122,9 +118,36 @@ func (q *Queue) errOf(e errSummary) queue.ErrorSummary {
 	}
 }
 
-func cloneBytes(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
+// cloneBytes3 returns copies of a, b and c in one new array, each capped
+// (so that none reaches the next), nil when empty.
+func cloneBytes3(a, b, c []byte) (x, y, z []byte) {
+	n := len(a) + len(b) + len(c)
+	if n == 0 {
+		return nil, nil, nil
 	}
-	return slices.Clone(b)
+	buf := make([]byte, 0, n)
+	part := func(s []byte) []byte {
+		if len(s) == 0 {
+			return nil
+		}
+		i := len(buf)
+		buf = append(buf, s...)
+		return buf[i:len(buf):len(buf)]
+	}
+	return part(a), part(b), part(c)
+}
+
+const uuidLen = 36
+
+// putUUID writes u in its string form (8-4-4-4-12 hex digits) to b.
+func putUUID(b []byte, u [16]byte) {
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], u[10:16])
 }

@@ -388,7 +388,9 @@ func (q *Queue) jobID(slot uint32, seq uint64) [16]byte {
 
 // jobIDString returns jobID as a string.
 func (q *Queue) jobIDString(slot uint32, seq uint64) string {
-	return uuid.UUID(q.jobID(slot, seq)).String()
+	var b [uuidLen]byte
+	putUUID(b[:], q.jobID(slot, seq))
+	return string(b[:])
 }
 
 // parseID returns the 16 bytes of an ID or token; ok is false when s is not

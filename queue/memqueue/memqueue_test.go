@@ -295,7 +295,13 @@ func TestIDOfAnEarlierJobInTheSlot(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, uuid.Version(8), u.Version())
 		assert.Equal(t, uuid.RFC4122, u.Variant())
+		assert.Equal(t, u.String(), id, "the canonical form")
 	}
+	l2 := leaseOne(t, q)
+	u, err := uuid.Parse(l2.LeaseToken)
+	require.NoError(t, err)
+	assert.Equal(t, u.String(), l2.LeaseToken)
+	assert.Equal(t, second.ID, l2.ID)
 }
 
 func requireReady(t *testing.T, ready <-chan struct{}, want bool, msg string) {
