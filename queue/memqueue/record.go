@@ -32,15 +32,15 @@ import (
 //	  7 result;
 //	  8 error: class symbol, message, node id, node type symbol;
 //	  9 attempts: for each, backend symbol, prompt id, started, ended
-//	    (times as in the old form: 0 for the zero time, else
-//	    zigzag(t - enqueued at) + 1), class symbol, error class symbol,
-//	    message, node id, node type symbol, counted byte.
+//	    (each 0 for the zero time, else zigzag(t - enqueued at) + 1),
+//	    class symbol, error class symbol, message, node id, node type
+//	    symbol, counted byte.
 //
 // The job ID is not stored: it is derived from the slot and seq (see
 // Queue.jobID). Strings that repeat across jobs are symbols of the Queue's
 // symtab; messages, values and ids are inline (uvarint length and bytes).
-// A queued job over a stored template with no metadata takes about 21
-// bytes plus its overrides and payload (and a length byte for each).
+// A queued job over a stored template with no metadata takes 21 bytes plus
+// its overrides and payload (and a length byte for each).
 //
 // The form lives only in memory: it has no version byte, and changes
 // freely with the code.
