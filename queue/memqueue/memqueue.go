@@ -124,6 +124,8 @@ type Queue struct {
 	byMeta     map[metaKey]*seqset
 
 	bodies    map[string]*wfBody
+	lastBody  *wfBody // the body found last by body (nil after a deletion)
+	lastKey   string
 	unused    map[string]struct{} // bodies no record references
 	nextSweep int64
 
@@ -702,7 +704,7 @@ func (q *Queue) add(now int64, p *queue.EnqueueParams) (uint32, rec, error) {
 	}
 	var wb *wfBody
 	if p.WorkflowKey != "" {
-		if wb = q.bodies[p.WorkflowKey]; wb == nil {
+		if wb = q.body(p.WorkflowKey); wb == nil {
 			return 0, rec{}, fmt.Errorf("%w: workflow %q is not stored", queue.ErrNotFound, p.WorkflowKey)
 		}
 	}

@@ -34,7 +34,16 @@ type chunk struct {
 func (s *seqset) len() int { return s.n }
 
 // find returns the index of the chunk with key k, or where it would go.
-func (s *seqset) find(k uint64) (int, bool) { return slices.BinarySearch(s.keys, k) }
+// The last chunk, where new numbers go, is tried first.
+func (s *seqset) find(k uint64) (int, bool) {
+	if n := len(s.keys); n > 0 && s.keys[n-1] <= k {
+		if s.keys[n-1] == k {
+			return n - 1, true
+		}
+		return n, false
+	}
+	return slices.BinarySearch(s.keys, k)
+}
 
 func (s *seqset) add(x uint64) {
 	k, lo := x>>16, uint16(x)
@@ -279,6 +288,20 @@ func (c *chunk) countRange(lo, hi uint32) int {
 // otherwise make a page per job.
 type seqslots struct {
 	pages map[uint64]*seqpage
+	// The page of the newest numbers, where set and get mostly go.
+	lastKey  uint64
+	lastPage *seqpage
+}
+
+func (m *seqslots) page(k uint64) *seqpage {
+	if m.lastPage != nil && m.lastKey == k {
+		return m.lastPage
+	}
+	p := m.pages[k]
+	if p != nil {
+		m.lastKey, m.lastPage = k, p
+	}
+	return p
 }
 
 type seqpage struct {
@@ -290,10 +313,11 @@ func (m *seqslots) set(seq uint64, slot uint32) {
 	if m.pages == nil {
 		m.pages = map[uint64]*seqpage{}
 	}
-	p := m.pages[seq>>12]
+	p := m.page(seq >> 12)
 	if p == nil {
 		p = &seqpage{}
 		m.pages[seq>>12] = p
+		m.lastKey, m.lastPage = seq>>12, p
 		if prev := m.pages[seq>>12-1]; prev != nil && prev.n == 0 && seq>>12 > 0 {
 			delete(m.pages, seq>>12-1)
 		}
@@ -305,7 +329,7 @@ func (m *seqslots) set(seq uint64, slot uint32) {
 }
 
 func (m *seqslots) get(seq uint64) (uint32, bool) {
-	p := m.pages[seq>>12]
+	p := m.page(seq >> 12)
 	if p == nil || p.slots[seq&4095] == 0 {
 		return 0, false
 	}
@@ -314,12 +338,15 @@ func (m *seqslots) get(seq uint64) (uint32, bool) {
 
 // del forgets seq; newest is the newest sequence number given out.
 func (m *seqslots) del(seq, newest uint64) {
-	p := m.pages[seq>>12]
+	p := m.page(seq >> 12)
 	if p == nil || p.slots[seq&4095] == 0 {
 		return
 	}
 	p.slots[seq&4095] = 0
 	if p.n--; p.n == 0 && seq>>12 != newest>>12 {
 		delete(m.pages, seq>>12)
+		if m.lastPage == p {
+			m.lastPage = nil
+		}
 	}
 }

@@ -12,6 +12,11 @@ type symtab struct {
 	strs []string
 	refs []uint32
 	free []uint32
+	// recent holds the symbols interned last, tried before the map: a
+	// batch of jobs repeats the same workflow hash and key (a string
+	// comparison, often of the same pointer, costs less than hashing).
+	recent [2]uint32
+	next   int
 }
 
 func newSymtab() symtab {
@@ -24,7 +29,13 @@ func (t *symtab) intern(s string) uint32 {
 	if s == "" {
 		return 0
 	}
+	for _, id := range t.recent {
+		if id != 0 && t.strs[id] == s {
+			return id
+		}
+	}
 	if id, ok := t.ids[s]; ok {
+		t.remember(id)
 		return id
 	}
 	var id uint32
@@ -38,7 +49,13 @@ func (t *symtab) intern(s string) uint32 {
 		t.refs = append(t.refs, 0)
 	}
 	t.ids[s] = id
+	t.remember(id)
 	return id
+}
+
+func (t *symtab) remember(id uint32) {
+	t.recent[t.next] = id
+	t.next = (t.next + 1) % len(t.recent)
 }
 
 // lookup returns s's symbol without adding it; ok is false when no record
@@ -67,5 +84,10 @@ func (t *symtab) release(id uint32) {
 		delete(t.ids, t.strs[id])
 		t.strs[id] = ""
 		t.free = append(t.free, id)
+		for i, r := range t.recent {
+			if r == id {
+				t.recent[i] = 0
+			}
+		}
 	}
 }

@@ -57,12 +57,31 @@ func (q *Queue) PurgeWorkflows(ctx context.Context, storedBefore time.Time) (int
 	n := 0
 	for k := range q.unused {
 		if q.bodies[k].putAt < before {
-			delete(q.bodies, k)
-			delete(q.unused, k)
+			q.deleteBody(k)
 			n++
 		}
 	}
 	return n, nil
+}
+
+// body returns the body stored under key, or nil; a batch of jobs over one
+// template asks for the same key again and again.
+func (q *Queue) body(key string) *wfBody {
+	if q.lastBody != nil && q.lastKey == key {
+		return q.lastBody
+	}
+	b := q.bodies[key]
+	if b != nil {
+		q.lastBody, q.lastKey = b, key
+	}
+	return b
+}
+
+// deleteBody deletes the body stored under key.
+func (q *Queue) deleteBody(key string) {
+	delete(q.bodies, key)
+	delete(q.unused, key)
+	q.lastBody = nil
 }
 
 func (q *Queue) ref(key string, b *wfBody) {
@@ -72,7 +91,7 @@ func (q *Queue) ref(key string, b *wfBody) {
 }
 
 func (q *Queue) unref(key string) {
-	b := q.bodies[key]
+	b := q.body(key)
 	if b.refs--; b.refs == 0 {
 		q.unused[key] = struct{}{}
 	}
@@ -87,8 +106,7 @@ func (q *Queue) sweepBodies(now int64) {
 	q.nextSweep = now + int64(min(q.cfg.Retention, time.Minute))
 	for k := range q.unused {
 		if now-q.bodies[k].putAt >= int64(q.cfg.Retention) {
-			delete(q.bodies, k)
-			delete(q.unused, k)
+			q.deleteBody(k)
 		}
 	}
 }
