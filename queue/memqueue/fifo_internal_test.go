@@ -47,7 +47,7 @@ func TestQueuedOrder(t *testing.T) {
 		model = slices.Delete(model, i, i+1)
 	}
 	var back []uint64 // taken by "Lease", may come back
-	for step := range 20_000 {
+	for step := range 8_000 {
 		switch op := rng.IntN(10); {
 		case op < 5 || len(model) == 0:
 			seq++
