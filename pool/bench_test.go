@@ -10,6 +10,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/internal/usage"
 	"github.com/comfypool/comfypool/pool"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
@@ -173,12 +174,14 @@ func BenchmarkEnqueueTemplate(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	b.ReportAllocs()
 	b.ResetTimer()
+	u := usage.Read()
 	for i := range b.N {
 		if _, err := p.EnqueueTemplate(ctx, tmpl, []pool.Override{{Node: "1", Input: "color", Value: i}}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
+	usage.Read().Sub(u).Report(b, b.N)
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -77,7 +77,7 @@ func (p *WorkflowPool) enqueueJob(ctx context.Context, t *Template, ovr []Overri
 	var ovrJSON []byte
 	if len(ovr) > 0 {
 		var err error
-		if ovrJSON, err = json.Marshal(ovr); err != nil {
+		if ovrJSON, err = encodeOverrides(ovr); err != nil {
 			return "", fmt.Errorf("%w: overrides: %v", ErrInvalid, err)
 		}
 		p.mu.Lock()
