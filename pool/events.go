@@ -55,6 +55,8 @@ var eventKinds = [...]EventKind{
 func EventKinds() []EventKind { return slices.Clone(eventKinds[:]) }
 
 // Event is one event of the Pool. Kind says which payload field is set.
+// It marshals to stable snake_case JSON (see Event.MarshalJSON) and logs
+// as a group of the same fields (it is a slog.LogValuer).
 type Event struct {
 	Kind EventKind
 	Time time.Time
@@ -81,22 +83,26 @@ type Event struct {
 	Failover *failover.Event
 }
 
-// ProgressEvent is a node's progress bar update.
+// ProgressEvent is a node's progress bar update. It marshals as
+// {"node", "value", "max"}.
 type ProgressEvent struct {
-	Node       string
-	Value, Max float64
+	Node  string  `json:"node"`
+	Value float64 `json:"value"`
+	Max   float64 `json:"max"`
 }
 
-// PreviewEvent is a preview image sent while a node runs.
+// PreviewEvent is a preview image sent while a node runs. It marshals as
+// {"mime_type", "size"}, without the image.
 type PreviewEvent struct {
 	MIMEType string
 	Image    []byte
 }
 
-// OutputEvent is a node's UI output as the server announced it (executed).
+// OutputEvent is a node's UI output as the server announced it
+// (executed). It marshals as {"node", "output"}.
 type OutputEvent struct {
-	Node   string
-	Output comfy.Output
+	Node   string       `json:"node"`
+	Output comfy.Output `json:"output"`
 }
 
 type subscription struct {

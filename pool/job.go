@@ -136,7 +136,8 @@ const (
 // so a job may list more attempts than its queue attempt count; nor does a
 // prompt rejected for a node or model that no backend has (Class
 // ClassWorkflow, Err the *comfy.PromptError): the job then waits,
-// unschedulable.
+// unschedulable. It marshals to stable snake_case JSON (see
+// Attempt.MarshalJSON).
 type Attempt struct {
 	Backend  string
 	PromptID string
@@ -152,7 +153,8 @@ type Attempt struct {
 	Class failover.Class
 }
 
-// Result is the outcome of a completed job.
+// Result is the outcome of a completed job. It marshals to stable
+// snake_case JSON (see Result.MarshalJSON).
 type Result struct {
 	JobID    string
 	Backend  string
@@ -178,7 +180,8 @@ func (r *Result) Files() []comfy.FileRef {
 	return r.Comfy.Files()
 }
 
-// JobInfo is a snapshot of a job's record.
+// JobInfo is a snapshot of a job's record. It marshals to stable
+// snake_case JSON (see JobInfo.MarshalJSON).
 type JobInfo struct {
 	ID       string
 	Status   Status

@@ -291,7 +291,7 @@ func TestSuccessfulAttemptIsNotABackendFault(t *testing.T) {
 		assert.Equal(t, "none", ok.Class.String(), "the successful attempt")
 		raw, err := json.Marshal(ok)
 		require.NoError(t, err)
-		assert.Contains(t, string(raw), `"Class":"none"`, "a persisted attempt reads as a word")
+		assert.Contains(t, string(raw), `"class":"none"`, "a persisted attempt reads as a word")
 	})
 }
 
