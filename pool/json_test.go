@@ -260,3 +260,12 @@ func TestJSONErrorClasses(t *testing.T) {
 		assert.NotEmpty(t, m.LastError.Message)
 	}
 }
+func TestJSONJobPageAndPauseScope(t *testing.T) {
+	t.Parallel()
+	golden(t, "jobpage", &pool.JobPage{
+		Jobs:   []*pool.JobInfo{{ID: "job-1", Status: pool.StatusCompleted, Workflow: "st-abc", MaxAttempts: 3, EnqueuedAt: t0, FinishedAt: t0.Add(time.Second)}},
+		Next:   "c1",
+		Counts: map[pool.Status]int{pool.StatusCompleted: 1, pool.StatusQueued: 4},
+	})
+	golden(t, "pause_scopes", []pool.PauseScope{{}, {Workflow: "st-abc"}, {Tag: "sdxl"}})
+}
