@@ -456,20 +456,30 @@ func (p *WorkflowPool) Retry(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	p.mu.Lock()
+	// What this Pool keeps for a waiting job is in place before the job
+	// can be leased, as Enqueue does it; the earlier run's outcome goes,
+	// so that Wait, Watch and Job answer for the new run (a record read
+	// answers while none is kept).
+	p.noteQueuedLocked(qj.Workflow, 1)
+	if len(s.PreferBackends) > 0 {
+		p.prefer[id] = preferEntry{hash: qj.Workflow, backends: s.PreferBackends}
+	}
+	if o := p.outcomes[id]; o != nil {
+		p.retained.Remove(o.el)
+		delete(p.outcomes, id)
+	}
+	p.mu.Unlock()
 	rj, err := p.q.Retry(ctx, id)
 	if err != nil {
+		p.mu.Lock()
+		p.noteQueuedLocked(qj.Workflow, -1)
+		delete(p.prefer, id)
+		p.mu.Unlock()
 		err = queueErr("retry job "+id, err)
 		p.settleAccount(acct, nil, err)
 		return err
 	}
-	p.mu.Lock()
-	if o := p.outcomes[id]; o != nil { // the earlier run's answer: Wait must wait for the new one
-		p.retained.Remove(o.el)
-		delete(p.outcomes, id)
-	}
-	p.noteQueuedLocked(rj.Workflow, 1)
-	p.mu.Unlock()
-	p.notePrefer(rj)
 	p.log.InfoContext(ctx, "job retried by hand", "job_id", id)
 	p.events.publish(Event{Kind: EventJobQueued, JobID: id, Attempt: len(rj.Attempts)})
 	p.follow.notify(id)
@@ -482,14 +492,10 @@ func (p *WorkflowPool) Retry(ctx context.Context, id string) error {
 // follows.
 func (p *WorkflowPool) awaitEnd(ctx context.Context, id string) error {
 	for {
-		p.mu.Lock()
-		var wait <-chan struct{}
-		if js := p.jobs[id]; js != nil && (js.leased || js.status == StatusRunning) {
-			wait = js.done
-		} else if ch := p.ending[id]; ch != nil {
-			wait = ch
+		wait := p.heldDone(id) // its runner settling
+		if wait == nil {
+			_, wait = p.localOutcome(id) // a cancel or timeout settling
 		}
-		p.mu.Unlock()
 		if wait == nil {
 			return nil
 		}
