@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -739,6 +740,46 @@ func TestResumeAndRetryWakeThisPool(t *testing.T) {
 			_, err = a.pool.Wait(ctx, failing)
 			require.NoError(t, err)
 			assert.Empty(t, b.servers[0].Prompts())
+		})
+	}
+}
+
+// BenchmarkList lists a page of 100 of 10,000 waiting jobs (one tenant of
+// two), with and without counts, and a page of failed jobs that the Pool
+// filters from the queue's cancelled ones.
+func BenchmarkList(b *testing.B) {
+	p, err := pool.New(&pool.Config{
+		Backends: []pool.BackendConfig{{Name: "gpu-0", URL: "http://127.0.0.1:1"}},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	require.NoError(b, err)
+	defer func() { _ = p.Stop(context.Background()) }()
+	ctx := context.Background()
+	tmpl, err := p.Register(ctx, zeroWF(b, 1))
+	require.NoError(b, err)
+	for i := range 10_000 {
+		tenant := map[string]string{"tenant": fmt.Sprint("t", i%2)}
+		id, err := p.EnqueueTemplate(ctx, tmpl, []pool.Override{{Node: "1", Input: "color", Value: i}}, &pool.EnqueueOpts{Metadata: tenant})
+		require.NoError(b, err)
+		if i%10 == 0 {
+			require.NoError(b, p.Cancel(ctx, id))
+		}
+	}
+	for _, c := range []struct {
+		name string
+		f    pool.ListFilter
+	}{
+		{"page", pool.ListFilter{}},
+		{"tenant+counts", pool.ListFilter{Metadata: map[string]string{"tenant": "t1"}, Count: true}},
+		{"cancelled", pool.ListFilter{Statuses: []pool.Status{pool.StatusCancelled}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := p.List(ctx, c.f)
+				if err != nil || len(page.Jobs) != 100 {
+					b.Fatal(err, len(page.Jobs))
+				}
+			}
 		})
 	}
 }
