@@ -652,7 +652,6 @@ func (l *lateFeed) Subscribe(ctx context.Context, buffer int) (<-chan queue.Chan
 // A Pool that learns late of the end that a Retry follows (its change
 // feed lags) must not take that end for the retried run's.
 func TestRetryIgnoresTheEarlierEndStillInTheFeed(t *testing.T) {
-	t.Skip("known issue in follow.go: feedLoop acts on a terminal change older than the lease the Pool holds (compare Change.Version with the lease's); unskip with the fix")
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d := &lateFeed{Driver: must(memqueue.New(nil)), release: make(chan struct{})}
@@ -677,7 +676,6 @@ func TestRetryIgnoresTheEarlierEndStillInTheFeed(t *testing.T) {
 // A Pool that saw a job end answers Wait for the job's new run once
 // another Pool on the queue retried it.
 func TestRetryByAnotherPool(t *testing.T) {
-	t.Skip("known issue in follow.go/jobs.go: a Pool answers Wait from its memory of a job's end (outcomes) after another Pool retried the job; drop the outcome when the feed reports the job waiting again; unskip with the fix")
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := queue.New(must(memqueue.New(nil)))

@@ -490,8 +490,11 @@ func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Att
 	if err != nil {
 		p.log.Error("a result cannot be stored", "job_id", js.id, "error", err)
 	}
-	_, cerr := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Complete(ctx, js.id, token, stored) })
+	done, cerr := retryQueue(ctx, nil, func(ctx context.Context) (*queue.Job, error) { return p.q.Complete(ctx, js.id, token, stored) })
 	p.mu.Lock()
+	if done != nil {
+		js.endVersion = done.Version
+	}
 	b.last = js.hash
 	js.attempts = append(js.attempts, att)
 	res := &Result{
@@ -552,6 +555,9 @@ func (p *WorkflowPool) finishAsRecorded(js *jobState) {
 		p.finish(js, StatusCancelled, nil, ErrCancelled)
 		return
 	}
+	p.mu.Lock()
+	js.endVersion = qj.Version
+	p.mu.Unlock()
 	res, err := p.outcomeOf(qj)
 	p.finish(js, statusOf(qj), res, err)
 }

@@ -123,10 +123,12 @@ func (p *WorkflowPool) feedLoop() {
 				p.checkHeld()
 				continue
 			}
-			p.follow.notify(c.JobID)
-			if c.State == queue.StateCancelled || c.State.Terminal() {
-				p.endedElsewhere(c.JobID)
+			if c.State.Terminal() {
+				p.endedElsewhere(c.JobID, c.Version)
+			} else if c.State == queue.StateQueued || c.State == queue.StateRetrying {
+				p.waitingAgain(c.JobID, c.Version)
 			}
+			p.follow.notify(c.JobID)
 		case <-p.stopCh:
 			return
 		}
@@ -136,12 +138,19 @@ func (p *WorkflowPool) feedLoop() {
 // endedElsewhere acts on a job that ended in the queue: a runner of this
 // Pool holding it interrupts its prompt; what the Pool kept for it while it
 // waited is dropped.
-func (p *WorkflowPool) endedElsewhere(id string) {
+//
+// A change older than the record this Pool's view was built from (version
+// 0: unknown) is ignored: the feed may deliver the end of an earlier run
+// after the job was retried and leased again.
+func (p *WorkflowPool) endedElsewhere(id string, version uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	js := p.jobs[id]
 	if js == nil {
 		p.forgetLocked(id)
+		return
+	}
+	if version != 0 && version < js.version {
 		return
 	}
 	if js.leased || js.status == StatusRunning {
@@ -157,6 +166,19 @@ func (p *WorkflowPool) endedElsewhere(id string) {
 	p.forgetLocked(id)
 }
 
+// waitingAgain drops this Pool's memory of how a job ended when the queue
+// shows it unfinished again (retried by hand, here or in another Pool), so
+// that Wait and Watch follow the new run. A change older than that memory
+// is ignored.
+func (p *WorkflowPool) waitingAgain(id string, version uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if o := p.outcomes[id]; o != nil && version > o.version {
+		p.retained.Remove(o.el)
+		delete(p.outcomes, id)
+	}
+}
+
 // checkHeld reads again the jobs this Pool tracks, after the feed lost
 // changes (or without one): those that ended elsewhere are acted on.
 func (p *WorkflowPool) checkHeld() {
@@ -170,8 +192,11 @@ func (p *WorkflowPool) checkHeld() {
 		ctx, cancel := bgCtx()
 		qj, err := p.q.Get(ctx, id)
 		cancel()
-		if errors.Is(err, queue.ErrNotFound) || (err == nil && qj.State.Terminal()) {
-			p.endedElsewhere(id)
+		switch {
+		case errors.Is(err, queue.ErrNotFound):
+			p.endedElsewhere(id, 0)
+		case err == nil && qj.State.Terminal():
+			p.endedElsewhere(id, qj.Version)
 		}
 	}
 }

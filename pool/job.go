@@ -210,7 +210,9 @@ type jobState struct {
 	hash        string
 	opts        EnqueueOpts
 	maxAttempts int
-	spec        *spec // the record's Payload
+	spec        *spec  // the record's Payload
+	version     uint64 // the record's Version when this view was built (leased)
+	endVersion  uint64 // guarded by Pool.mu: the record's Version after the write that ended the job, when known
 
 	// Guarded by Pool.mu.
 	status     Status
@@ -346,7 +348,7 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 		return nil, err
 	}
 	js := &jobState{
-		id: qj.ID, wf: wf, hash: qj.Workflow, spec: s, status: StatusQueued,
+		id: qj.ID, wf: wf, hash: qj.Workflow, spec: s, status: StatusQueued, version: qj.Version,
 		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts,
 		done: make(chan struct{}), cancelCh: make(chan struct{}),
 		excluded: slices.Clone(qj.ExcludeBackends), needs: slices.Clone(qj.Needs),

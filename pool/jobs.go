@@ -245,6 +245,7 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	}
 	unsched := p.admitLocked(qj.ID, wf, wh, o, needs) // capabilities.go
 	p.mu.Unlock()
+	p.poke() // this Pool's dispatcher looks, whichever Pool the queue's wake-up reached
 	p.events.publish(Event{Kind: EventJobQueued, JobID: qj.ID})
 	if unsched.Kind != "" {
 		p.publishUnschedulable([]Event{unsched})
@@ -285,6 +286,7 @@ type preferEntry struct {
 // record keeps only their summaries).
 type outcome struct {
 	id         string
+	version    uint64 // the record's version at the end, as far as known
 	info       *JobInfo
 	res        *Result
 	err        error
@@ -308,6 +310,16 @@ func (p *WorkflowPool) pruneLocked(now time.Time) {
 		}
 		p.retained.Remove(el)
 		delete(p.outcomes, o.id)
+	}
+}
+
+// dropOutcome forgets o, this Pool's memory of how job id ended.
+func (p *WorkflowPool) dropOutcome(id string, o *outcome) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.outcomes[id] == o {
+		p.retained.Remove(o.el)
+		delete(p.outcomes, id)
 	}
 }
 
@@ -381,9 +393,8 @@ func (p *WorkflowPool) Wait(ctx context.Context, id string) (*Result, error) {
 	defer release()
 	for {
 		changed := p.follow.changed(id) // before reading: no change is missed
-		if o, ending := p.localOutcome(id); o != nil {
-			return o.res, o.err
-		} else if ending != nil {
+		o, ending := p.localOutcome(id)
+		if ending != nil {
 			select {
 			case <-ending:
 				continue
@@ -392,6 +403,14 @@ func (p *WorkflowPool) Wait(ctx context.Context, id string) (*Result, error) {
 			}
 		}
 		qj, err := p.get(ctx, id)
+		if o != nil {
+			if err != nil || qj.Version <= o.version {
+				return o.res, o.err // the record has not moved on (or cannot tell)
+			}
+			// Retried since (by hand, maybe in another Pool, the queue's
+			// change not seen yet): follow the new run.
+			p.dropOutcome(id, o)
+		}
 		if err != nil {
 			if errors.Is(err, ErrNotFound) {
 				if o, _ := p.localOutcome(id); o != nil { // ended and purged meanwhile
@@ -458,16 +477,12 @@ func (p *WorkflowPool) Job(ctx context.Context, id string) (*JobInfo, error) {
 		return info, nil
 	}
 	p.mu.Unlock()
-	if o, _ := p.localOutcome(id); o != nil && o.info != nil {
-		c := *o.info
+	qj, err := p.get(ctx, id)
+	if o, _ := p.localOutcome(id); o != nil && o.info != nil && (err != nil || qj.Version <= o.version) {
+		c := *o.info // this Pool saw it end, and it has not been retried since
 		return &c, nil
 	}
-	qj, err := p.get(ctx, id)
 	if err != nil {
-		if o, _ := p.localOutcome(id); o != nil && o.info != nil {
-			c := *o.info
-			return &c, nil
-		}
 		return nil, err
 	}
 	s, _ := decodeSpec(qj.Payload)
@@ -566,7 +581,7 @@ func (p *WorkflowPool) ended(qj *queue.Job, why error) {
 	if qj.State == queue.StateCancelled {
 		p.noteQueuedLocked(qj.Workflow, -1)
 	}
-	p.keepOutcomeLocked(&outcome{id: qj.ID, info: info, err: err, finishedAt: time.Now()})
+	p.keepOutcomeLocked(&outcome{id: qj.ID, version: qj.Version, info: info, err: err, finishedAt: time.Now()})
 	p.mu.Unlock()
 	if s != nil && s.Reserved {
 		p.settleAccount(info, nil, err)
@@ -650,7 +665,7 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 		delete(p.jobs, js.id)
 	}
 	p.forgetLocked(js.id)
-	p.keepOutcomeLocked(&outcome{id: js.id, info: js.info(), res: res, err: err, finishedAt: js.finishedAt})
+	p.keepOutcomeLocked(&outcome{id: js.id, version: max(js.version, js.endVersion), info: js.info(), res: res, err: err, finishedAt: js.finishedAt})
 	// The backend that ran the job is free before anyone learns the job
 	// ended: a caller whose Wait returned may count on it.
 	freed := p.freeLocked(js.slot)

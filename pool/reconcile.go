@@ -68,6 +68,11 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 		p.holdLease(js, token, time.Now().Add(p.cfg.LeaseDuration), res, cause)
 		return false
 	}
+	if qj.State.Terminal() {
+		p.mu.Lock()
+		js.endVersion = qj.Version
+		p.mu.Unlock()
+	}
 	switch qj.State {
 	case queue.StateCompleted:
 		if res == nil { // completed by another holder of the queue
