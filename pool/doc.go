@@ -36,7 +36,13 @@
 // no backend. [WorkflowPool.Job] returns the job's record: status, attempts (which
 // backend, which prompt, why it failed), timings. [WorkflowPool.Watch]
 // returns one job's events from its current state on, never losing its
-// terminal event.
+// terminal event. [WorkflowPool.List] pages through jobs by status,
+// workflow, template, backend, metadata (a tenant) and time, with counts;
+// [WorkflowPool.Pause] and [WorkflowPool.Resume] stop and start dispatch
+// for the whole queue, a workflow or a tag, in every Pool on the queue;
+// [WorkflowPool.Retry] puts a failed or cancelled job back by hand and
+// [WorkflowPool.Purge] deletes ended ones. Records and events marshal to
+// stable snake_case JSON, and events log as slog groups.
 //
 // # Jobs live in the queue
 //
