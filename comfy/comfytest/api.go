@@ -140,6 +140,15 @@ type ReceivedPrompt struct {
 	ExtraData          map[string]any
 	Front              bool
 	Status             int // HTTP status answered
+	// Received is when the server began handling the request (before
+	// reading its body; after SetLatency's delay, if any).
+	Received time.Time
+	// Ended is when the accepted prompt ended on the server: its history
+	// entry was written and its end marker, executing{node:null}, queued
+	// to its client's socket (the write follows). Zero while the prompt is
+	// queued or running, if it was rejected, or if it was abandoned (by
+	// Restart or Close). A client receives the marker a transit later.
+	Ended time.Time
 }
 
 // Request records one HTTP request or WebSocket upgrade.

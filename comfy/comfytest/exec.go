@@ -21,6 +21,7 @@ type task struct {
 	outputs   []string
 	clientID  string
 	hasClient bool
+	rec       int // index of its ReceivedPrompt in Server.prompts
 }
 
 type cacheEntry struct {
@@ -346,6 +347,7 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	if t.hasClient {
 		s.sendLocked(t.clientID, true, "executing", omap{{"node", nil}, {"prompt_id", t.id}})
 	}
+	s.prompts[t.rec].Ended = time.Now()
 }
 
 const maxHistory = 10000

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -223,15 +224,16 @@ func systemStats(vramFree int64) omap {
 var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
 	body, raw, ok := readJSON(r)
 	if !ok {
 		s.mu.Lock()
-		s.prompts = append(s.prompts, ReceivedPrompt{Status: 500})
+		s.prompts = append(s.prompts, ReceivedPrompt{Status: 500, Received: received})
 		s.mu.Unlock()
 		serverTrouble(w)
 		return
 	}
-	rec := ReceivedPrompt{}
+	rec := ReceivedPrompt{Received: received}
 	if pv, ok := body.get("prompt"); ok {
 		rec.Prompt = rawField(raw, "prompt", pv)
 	}
@@ -323,6 +325,7 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 		clientID: cidStr, hasClient: hasCID && cid != nil}
 	s.mu.Lock()
 	rec.Status = 200
+	t.rec = len(s.prompts)
 	s.prompts = append(s.prompts, rec)
 	s.queue = append(s.queue, t)
 	s.broadcastStatusLocked()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -288,5 +289,36 @@ func TestRequestsRecorded(t *testing.T) {
 		assert.Equal(t, "/ws", rs[1].Path)
 		require.Len(t, s.ClientIDs(), 1)
 		assert.Len(t, s.ClientIDs()[0], 32, "a minted clientId is 32 hex characters")
+	})
+}
+
+// TestPromptTimes: each received prompt records when it arrived and when
+// its end marker was sent, so that a benchmark can measure the time from
+// one prompt's end to the next prompt on the same server.
+func TestPromptTimes(t *testing.T) {
+	slow := comfytest.Builtins()["EmptyImage"]
+	slow.Duration = time.Second
+	opts := &comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{"EmptyImage": slow}}
+	inMemory(t, opts, func(t *testing.T, s *comfytest.Server) {
+		ws := dial(t, s, "?clientId="+cid)
+		ws.next()
+		before := time.Now()
+		code, _ := post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
+		require.Equal(t, 200, code)
+		running := s.Prompts()
+		require.Len(t, running, 1)
+		assert.True(t, running[0].Ended.IsZero(), "no end while the prompt runs")
+		ws.untilDone()
+		after := time.Now()
+		code, _ = post(t, s, "/prompt", `{"client_id":"`+cid+`"}`)
+		require.Equal(t, 400, code)
+
+		ps := s.Prompts()
+		require.Len(t, ps, 2)
+		assert.False(t, ps[0].Received.Before(before))
+		assert.GreaterOrEqual(t, ps[0].Ended.Sub(ps[0].Received), time.Second, "ended after the node's Duration")
+		assert.False(t, ps[0].Ended.After(after), "ended before the client read the end marker")
+		assert.False(t, ps[1].Received.Before(after))
+		assert.True(t, ps[1].Ended.IsZero(), "a rejected prompt never ends")
 	})
 }
