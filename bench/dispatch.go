@@ -1,0 +1,349 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/memqueue"
+)
+
+// Defaults of DispatchConfig fields: issue 9's target.
+const (
+	DefaultBackends = 300
+	DefaultJobs     = 100_000
+)
+
+// DispatchConfig configures Dispatch. A nil *DispatchConfig means the
+// defaults; zero fields mean their defaults.
+type DispatchConfig struct {
+	// Backends is the number of fake servers, each a backend of the pool
+	// with one prompt in flight. Defaults to DefaultBackends (300).
+	Backends int
+	// Jobs is the number of jobs, all enqueued before the pool starts.
+	// Defaults to DefaultJobs (100,000).
+	Jobs int
+	// Runs is how many of them run (the first enqueued, which the queue
+	// leases first) before the pool stops; the others stay queued, so the
+	// queue holds at least Jobs-Runs jobs throughout the measurement.
+	// Defaults to Jobs; more than Jobs is an error.
+	Runs int
+	// NodeTime is how long each prompt runs on its server (the Duration of
+	// its first node). Defaults to 0: prompts end at once.
+	NodeTime time.Duration
+	// Cold enqueues the jobs before the pool starts, so that the backends
+	// connect and learn their capabilities while every job waits: the
+	// measurement includes that start. Defaults to false: the pool starts
+	// and every backend connects (capabilities known) first, the jobs are
+	// enqueued into the paused queue, and the measurement begins when the
+	// queue resumes.
+	Cold bool
+	// Loopback puts the servers on loopback TCP sockets (each backend
+	// holds about six file descriptors: mind ulimit -n). Defaults to
+	// false: in-memory servers (net.Pipe), no descriptors.
+	Loopback bool
+	// CPUProfile, when set, receives a CPU profile (runtime/pprof) of the
+	// run, from the pool's Start (Cold) or the queue's resuming to the
+	// Runs-th job's end: no setup, no enqueue. It fails Dispatch if a profile is already being taken (go
+	// test -cpuprofile).
+	CPUProfile io.Writer
+	// Logger receives the pool's and the clients' logs. Defaults to
+	// discarding them.
+	Logger *slog.Logger
+}
+
+// DispatchResult is what Dispatch measured.
+type DispatchResult struct {
+	Backends, Jobs, Runs int
+	// Prompts is the number of prompts the servers accepted: Runs, plus
+	// the jobs the pool dispatched before it stopped, plus one for each
+	// retried attempt.
+	Prompts int
+	// Enqueue is the time taken to build and enqueue every job (before
+	// the pool started, or into the paused queue).
+	Enqueue time.Duration
+	// Elapsed is the time from the pool's Start (Cold) or the queue's
+	// resuming to the end of the Runs-th job.
+	Elapsed time.Duration
+	// EndToPost is, per backend, the time from a prompt's end on the
+	// server to the server receiving the next POST /prompt (see the
+	// package documentation).
+	EndToPost Latency
+	// EndToHistory is, per backend, the time from a prompt's end on the
+	// server to its client beginning the GET /history/{id} of it: the end
+	// marker's transit and the client's handling of it.
+	EndToHistory Latency
+	// HistoryToPost is, per backend, the time from the client having the
+	// /history answer of a prompt to it beginning the next POST /prompt
+	// (see the package documentation).
+	HistoryToPost Latency
+}
+
+// Dispatch enqueues cfg.Jobs jobs, runs cfg.Runs of them on cfg.Backends
+// fake servers through a pool, and measures its dispatch latency. It
+// blocks until those jobs ended and everything it started is stopped; it
+// fails if one of them fails, and when ctx ends first, with ctx's error. It is not safe to call from two
+// goroutines when CPUProfile is set.
+func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error) {
+	var c DispatchConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Backends = cmp.Or(c.Backends, DefaultBackends)
+	c.Jobs = cmp.Or(c.Jobs, DefaultJobs)
+	c.Runs = cmp.Or(c.Runs, c.Jobs)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Backends < 0:
+		return nil, errors.New("bench: Backends cannot be negative")
+	case c.Jobs < 0:
+		return nil, errors.New("bench: Jobs cannot be negative")
+	case c.Runs < 0 || c.Runs > c.Jobs:
+		return nil, errors.New("bench: Runs must be between 0 (all) and Jobs")
+	case c.NodeTime < 0:
+		return nil, errors.New("bench: NodeTime cannot be negative")
+	}
+
+	srvs, stamps := startServers(&c)
+	defer func() {
+		for _, s := range srvs {
+			s.Close()
+		}
+	}()
+	d, err := memqueue.New(&memqueue.Config{Capacity: -1, MaxRetained: c.Jobs})
+	if err != nil {
+		return nil, err
+	}
+	q := queue.New(d) // not owned by the pool: closed here, after Stop
+	defer func() { _ = q.Close() }()
+	pcfg := &pool.Config{Queue: q, Logger: c.Logger, MaxRetained: c.Jobs}
+	for i, s := range srvs {
+		pcfg.Backends = append(pcfg.Backends, pool.BackendConfig{
+			Name: fmt.Sprintf("gpu-%03d", i), URL: s.URL,
+			Client: &comfy.ClientOptions{
+				HTTPClient: &http.Client{Transport: &stampTransport{base: s.Client().Transport, st: stamps[i]}},
+				Logger:     c.Logger,
+			},
+		})
+	}
+	p, err := pool.New(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = stop(ctx, p) }() // on an early return; a second Stop does nothing
+
+	res := &DispatchResult{Backends: c.Backends, Jobs: c.Jobs, Runs: c.Runs}
+	all := queue.PauseScope{}
+	if !c.Cold {
+		if err := p.Start(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := p.WaitConnected(ctx, c.Backends); err != nil {
+			return nil, err
+		}
+		if err := q.SetPaused(ctx, all, true); err != nil {
+			return nil, err
+		}
+	}
+	begin := time.Now()
+	ids := make([]string, c.Jobs)
+	for i := range ids {
+		if ids[i], err = p.Enqueue(ctx, job(i), nil); err != nil {
+			return nil, fmt.Errorf("bench: enqueue job %d: %w", i, err)
+		}
+	}
+	res.Enqueue = time.Since(begin)
+
+	if c.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	begin = time.Now()
+	if c.Cold {
+		err = p.Start(ctx)
+	} else {
+		err = q.SetPaused(ctx, all, false)
+	}
+	if err == nil {
+		err = wait(ctx, p, ids[:c.Runs])
+	}
+	res.Elapsed = time.Since(begin)
+	if c.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := stop(ctx, p); err != nil { // the prompts in flight end; the rest stay queued
+		return nil, err
+	}
+
+	var g gaps
+	for i, s := range srvs {
+		res.Prompts += g.add(s.Prompts(), stamps[i])
+	}
+	res.EndToPost = Summarize(g.endToPost)
+	res.EndToHistory = Summarize(g.endToHistory)
+	res.HistoryToPost = Summarize(g.historyToPost)
+	return res, nil
+}
+
+// startServers starts c.Backends fake servers and a transport recorder
+// for each.
+func startServers(c *DispatchConfig) ([]*comfytest.Server, []*stamps) {
+	opts := &comfytest.Options{Logger: c.Logger}
+	if c.NodeTime > 0 {
+		slow := comfytest.Builtins()["EmptyImage"]
+		slow.Duration = c.NodeTime
+		opts.Nodes = map[string]comfytest.NodeBehavior{"EmptyImage": slow}
+	}
+	srvs := make([]*comfytest.Server, c.Backends)
+	st := make([]*stamps, c.Backends)
+	for i := range srvs {
+		if c.Loopback {
+			srvs[i] = comfytest.NewServer(opts)
+		} else {
+			srvs[i] = comfytest.NewInMemoryServer(opts)
+		}
+		st[i] = &stamps{}
+	}
+	return srvs, st
+}
+
+// job is the i-th job's workflow: an 8x8 image of colour i, saved. The
+// colours differ so that no server runs a job from its cache; the
+// structure is the same, so the pool sees one workflow.
+func job(i int) comfy.Workflow {
+	return comfy.Workflow{
+		"1": {ClassType: "EmptyImage", Inputs: map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": i % 0x1000000}},
+		"2": {ClassType: "SaveImage", Inputs: map[string]any{"images": []any{"1", 0}, "filename_prefix": "bench"}},
+	}
+}
+
+// stop stops p, letting the prompts in flight end, within a minute even
+// if ctx ended.
+func stop(ctx context.Context, p *pool.WorkflowPool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	return p.Stop(ctx)
+}
+
+// wait waits for the jobs ids; a failed job fails the run.
+func wait(ctx context.Context, p *pool.WorkflowPool, ids []string) error {
+	for _, id := range ids {
+		if _, err := p.Wait(ctx, id); err != nil {
+			return fmt.Errorf("bench: job %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// stamps records, for one backend, when its client began each GET
+// /history/{id} (asked), had its answer (read to the end and closed), and
+// began each POST /prompt.
+type stamps struct {
+	mu                     sync.Mutex
+	asked, answered, posts []time.Time
+}
+
+func (s *stamps) add(to *[]time.Time, t time.Time) {
+	s.mu.Lock()
+	*to = append(*to, t)
+	s.mu.Unlock()
+}
+
+// gaps collects the measured intervals of every backend.
+type gaps struct {
+	endToPost, endToHistory, historyToPost []time.Duration
+}
+
+// add adds the intervals of one backend, from the prompts its server
+// received and its client's stamps, and returns the number of accepted
+// prompts. For each accepted prompt that ended and was followed by
+// another, the window from its end to the next prompt's arrival holds the
+// client's first /history request after the end, its last /history
+// answer, and its POST of the next prompt.
+func (g *gaps) add(ps []comfytest.ReceivedPrompt, st *stamps) (accepted int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, ts := range [][]time.Time{st.asked, st.answered, st.posts} {
+		slices.SortFunc(ts, time.Time.Compare)
+	}
+	for k, pr := range ps {
+		if pr.Status != http.StatusOK {
+			continue
+		}
+		accepted++
+		if k+1 == len(ps) || pr.Ended.IsZero() {
+			continue
+		}
+		end, next := pr.Ended, ps[k+1].Received
+		g.endToPost = append(g.endToPost, next.Sub(end))
+		if i := after(st.asked, end); i < len(st.asked) && st.asked[i].Before(next) {
+			g.endToHistory = append(g.endToHistory, st.asked[i].Sub(end))
+		}
+		a, p := after(st.answered, next)-1, after(st.posts, next)-1
+		if a >= 0 && p >= 0 && st.answered[a].After(end) && st.posts[p].After(st.answered[a]) {
+			g.historyToPost = append(g.historyToPost, st.posts[p].Sub(st.answered[a]))
+		}
+	}
+	return accepted
+}
+
+// after returns the index of the first time in ts (sorted) not before t.
+func after(ts []time.Time, t time.Time) int {
+	i, _ := slices.BinarySearchFunc(ts, t, time.Time.Compare)
+	return i
+}
+
+// stampTransport records a backend's POST /prompt and GET /history/{id}
+// requests in st, and passes every request on to base.
+type stampTransport struct {
+	base http.RoundTripper
+	st   *stamps
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *stampTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/prompt") {
+		t.st.add(&t.st.posts, time.Now())
+	}
+	history := r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/history/")
+	if history {
+		t.st.add(&t.st.asked, time.Now())
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && history {
+		resp.Body = &stampedBody{ReadCloser: resp.Body, done: func() { t.st.add(&t.st.answered, time.Now()) }}
+	}
+	return resp, err
+}
+
+// stampedBody calls done once, when the body is closed.
+type stampedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *stampedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
+}
