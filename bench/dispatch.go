@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +43,14 @@ type DispatchConfig struct {
 	// Defaults to Jobs; more than Jobs is an error.
 	Runs int
 	// NodeTime is how long each prompt runs on its server (the Duration of
-	// its first node). Defaults to 0: prompts end at once.
+	// its first node), on average: server i of n takes NodeTime*(1/2 +
+	// i/n), so that the backends' prompts do not all end at once. Defaults
+	// to 0: prompts end at once.
 	NodeTime time.Duration
+	// Job returns the i-th job's workflow and options (nil: defaults). The
+	// backends are named "gpu-000", "gpu-001", ... Defaults to Job: an 8x8
+	// image of colour i, saved, all jobs of one workflow structure.
+	Job func(i int) (comfy.Workflow, *pool.EnqueueOpts)
 	// Cold enqueues the jobs before the pool starts, so that the backends
 	// connect and learn their capabilities while every job waits: the
 	// measurement includes that start. Defaults to false: the pool starts
@@ -105,6 +112,9 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	c.Backends = cmp.Or(c.Backends, DefaultBackends)
 	c.Jobs = cmp.Or(c.Jobs, DefaultJobs)
 	c.Runs = cmp.Or(c.Runs, c.Jobs)
+	if c.Job == nil {
+		c.Job = Job
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -134,7 +144,7 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	pcfg := &pool.Config{Queue: q, Logger: c.Logger, MaxRetained: c.Jobs}
 	for i, s := range srvs {
 		pcfg.Backends = append(pcfg.Backends, pool.BackendConfig{
-			Name: fmt.Sprintf("gpu-%03d", i), URL: s.URL,
+			Name: BackendName(i), URL: s.URL,
 			Client: &comfy.ClientOptions{
 				HTTPClient: &http.Client{Transport: &stampTransport{base: s.Client().Transport, st: stamps[i]}},
 				Logger:     c.Logger,
@@ -163,7 +173,8 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	begin := time.Now()
 	ids := make([]string, c.Jobs)
 	for i := range ids {
-		if ids[i], err = p.Enqueue(ctx, job(i), nil); err != nil {
+		wf, o := c.Job(i)
+		if ids[i], err = p.Enqueue(ctx, wf, o); err != nil {
 			return nil, fmt.Errorf("bench: enqueue job %d: %w", i, err)
 		}
 	}
@@ -205,17 +216,20 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 }
 
 // startServers starts c.Backends fake servers and a transport recorder
-// for each.
+// for each. Server i runs each prompt for NodeTime*(1/2 + i/Backends), so
+// that the backends, which start together, do not end their prompts
+// together: equal times would end 300 prompts at once every NodeTime, a
+// burst no real fleet sees.
 func startServers(c *DispatchConfig) ([]*comfytest.Server, []*stamps) {
-	opts := &comfytest.Options{Logger: c.Logger}
-	if c.NodeTime > 0 {
-		slow := comfytest.Builtins()["EmptyImage"]
-		slow.Duration = c.NodeTime
-		opts.Nodes = map[string]comfytest.NodeBehavior{"EmptyImage": slow}
-	}
 	srvs := make([]*comfytest.Server, c.Backends)
 	st := make([]*stamps, c.Backends)
 	for i := range srvs {
+		opts := &comfytest.Options{Logger: c.Logger}
+		if c.NodeTime > 0 {
+			slow := comfytest.Builtins()["EmptyImage"]
+			slow.Duration = c.NodeTime/2 + c.NodeTime*time.Duration(i)/time.Duration(c.Backends)
+			opts.Nodes = map[string]comfytest.NodeBehavior{"EmptyImage": slow}
+		}
 		if c.Loopback {
 			srvs[i] = comfytest.NewServer(opts)
 		} else {
@@ -226,13 +240,43 @@ func startServers(c *DispatchConfig) ([]*comfytest.Server, []*stamps) {
 	return srvs, st
 }
 
-// job is the i-th job's workflow: an 8x8 image of colour i, saved. The
+// BackendName is the name of Dispatch's i-th backend: "gpu-000",
+// "gpu-001", ...
+func BackendName(i int) string { return fmt.Sprintf("gpu-%03d", i) }
+
+// Job is Dispatch's default job: an 8x8 image of colour i, saved. The
 // colours differ so that no server runs a job from its cache; the
 // structure is the same, so the pool sees one workflow.
-func job(i int) comfy.Workflow {
+func Job(i int) (comfy.Workflow, *pool.EnqueueOpts) {
 	return comfy.Workflow{
 		"1": {ClassType: "EmptyImage", Inputs: map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": i % 0x1000000}},
 		"2": {ClassType: "SaveImage", Inputs: map[string]any{"images": []any{"1", 0}, "filename_prefix": "bench"}},
+	}, nil
+}
+
+// ChainJob returns a Job whose image goes through a chain of n nodes
+// before it is saved. With distinct, node k of job i's chain is an
+// ImageBlur when bit k of i is set and an ImageInvert otherwise, so the
+// jobs have 2^n workflow structures (as when the queue holds many
+// different graphs); without, every node is an ImageInvert, one
+// structure, the same work on the servers.
+func ChainJob(n int, distinct bool) func(i int) (comfy.Workflow, *pool.EnqueueOpts) {
+	return func(i int) (comfy.Workflow, *pool.EnqueueOpts) {
+		wf, o := Job(i)
+		save := wf["2"]
+		delete(wf, "2")
+		prev := "1"
+		for k := range n {
+			id := strconv.Itoa(k + 2)
+			node := comfy.Node{ClassType: "ImageInvert", Inputs: map[string]any{"image": []any{prev, 0}}}
+			if distinct && i>>k&1 == 1 {
+				node = comfy.Node{ClassType: "ImageBlur", Inputs: map[string]any{"image": []any{prev, 0}, "blur_radius": 1, "sigma": 1.0}}
+			}
+			wf[id], prev = node, id
+		}
+		save.Inputs["images"] = []any{prev, 0}
+		wf[strconv.Itoa(n+2)] = save
+		return wf, o
 	}
 }
 

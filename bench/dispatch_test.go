@@ -10,7 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/bench"
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/internal/leakcheck"
+	"github.com/comfypool/comfypool/pool"
 )
 
 // TestMain fails the run when a goroutine of the servers, clients or pool
@@ -32,14 +35,16 @@ func TestDispatch(t *testing.T) {
 		name       string
 		loopback   bool
 		jobs, runs int
+		job        func(int) (comfy.Workflow, *pool.EnqueueOpts)
 	}{
-		{"memory", false, 60, 60},
-		{"loopback", true, 60, 60},
-		{"memory/stop with jobs queued", false, 200, 40},
+		{"memory", false, 60, 60, nil},
+		{"loopback", true, 60, 60, nil},
+		{"memory/stop with jobs queued", false, 200, 40, nil},
+		{"memory/distinct chains", false, 40, 40, bench.ChainJob(3, true)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := bench.Dispatch(t.Context(), &bench.DispatchConfig{Backends: backends, Jobs: tc.jobs, Runs: tc.runs, Loopback: tc.loopback})
+			r, err := bench.Dispatch(t.Context(), &bench.DispatchConfig{Backends: backends, Jobs: tc.jobs, Runs: tc.runs, Loopback: tc.loopback, Job: tc.job})
 			require.NoError(t, err)
 			// The jobs dispatched before the pool stopped ran too.
 			assert.GreaterOrEqual(t, r.Prompts, tc.runs)
@@ -58,6 +63,23 @@ func TestDispatch(t *testing.T) {
 				assert.LessOrEqual(t, part.Max, r.EndToPost.Max)
 			}
 		})
+	}
+}
+
+// TestChainJob: distinct chains of n nodes have 2^n workflow structures,
+// the others one.
+func TestChainJob(t *testing.T) {
+	t.Parallel()
+	for _, distinct := range []bool{false, true} {
+		sums := map[hash.Sum]bool{}
+		for i := range 32 {
+			wf, _ := bench.ChainJob(3, distinct)(i)
+			require.Len(t, wf, 5)
+			sum, err := hash.StructureOf(wf)
+			require.NoError(t, err)
+			sums[sum] = true
+		}
+		assert.Len(t, sums, map[bool]int{false: 1, true: 8}[distinct])
 	}
 }
 
