@@ -37,10 +37,11 @@ type DispatchConfig struct {
 	// Jobs is the number of jobs, all enqueued before the pool starts.
 	// Defaults to DefaultJobs (100,000).
 	Jobs int
-	// Runs is how many of them run (the first enqueued, which the queue
-	// leases first) before the pool stops; the others stay queued, so the
-	// queue holds at least Jobs-Runs jobs throughout the measurement.
-	// Defaults to Jobs; more than Jobs is an error.
+	// Runs is how many of them end before the pool stops (those the
+	// queue leases first: the first enqueued, for jobs of one workflow);
+	// the others stay queued, so the queue holds at least Jobs-Runs jobs
+	// throughout the measurement. Defaults to Jobs; more than Jobs is an
+	// error.
 	Runs int
 	// NodeTime is how long each prompt runs on its server (the Duration of
 	// its first node), on average: server i of n takes NodeTime*(1/2 +
@@ -64,8 +65,8 @@ type DispatchConfig struct {
 	Loopback bool
 	// CPUProfile, when set, receives a CPU profile (runtime/pprof) of the
 	// run, from the pool's Start (Cold) or the queue's resuming to the
-	// Runs-th job's end: no setup, no enqueue. It fails Dispatch if a profile is already being taken (go
-	// test -cpuprofile).
+	// Runs-th job's end: no setup, no enqueue. It fails Dispatch if a
+	// profile is already being taken (go test -cpuprofile).
 	CPUProfile io.Writer
 	// Logger receives the pool's and the clients' logs. Defaults to
 	// discarding them.
@@ -79,6 +80,13 @@ type DispatchResult struct {
 	// the jobs the pool dispatched before it stopped, plus one for each
 	// retried attempt.
 	Prompts int
+	// Retries counts the failed attempts the pool retried (job:retrying
+	// events); RetryErrors holds the first few of their errors. A retry
+	// waits a backoff and sends another prompt: it says something went
+	// wrong (a timeout under CPU starvation, say), not that dispatch is
+	// slow.
+	Retries     int
+	RetryErrors []string
 	// Enqueue is the time taken to build and enqueue every job (before
 	// the pool started, or into the paused queue).
 	Enqueue time.Duration
@@ -141,7 +149,7 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	}
 	q := queue.New(d) // not owned by the pool: closed here, after Stop
 	defer func() { _ = q.Close() }()
-	pcfg := &pool.Config{Queue: q, Logger: c.Logger, MaxRetained: c.Jobs}
+	pcfg := &pool.Config{Queue: q, Logger: c.Logger, MaxRetained: c.Jobs, EventBuffer: max(c.Runs, 1)}
 	for i, s := range srvs {
 		pcfg.Backends = append(pcfg.Backends, pool.BackendConfig{
 			Name: BackendName(i), URL: s.URL,
@@ -158,6 +166,22 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	defer func() { _ = stop(ctx, p) }() // on an early return; a second Stop does nothing
 
 	res := &DispatchResult{Backends: c.Backends, Jobs: c.Jobs, Runs: c.Runs}
+	// Subscribed before any job exists. With EventBuffer Runs, the first
+	// Runs terminal events are never dropped however late they are read.
+	ended, unsubscribeEnded := p.Subscribe(pool.EventJobCompleted, pool.EventJobFailed, pool.EventJobCancelled)
+	defer unsubscribeEnded()
+	retries, unsubscribe := p.Subscribe(pool.EventJobRetrying)
+	collected := make(chan struct{})
+	go func() { // ends when unsubscribe or Stop closes retries
+		defer close(collected)
+		for ev := range retries {
+			res.Retries++
+			if len(res.RetryErrors) < 5 {
+				res.RetryErrors = append(res.RetryErrors, fmt.Sprint(ev.Err))
+			}
+		}
+	}()
+	defer func() { unsubscribe(); <-collected }()
 	all := queue.PauseScope{}
 	if !c.Cold {
 		if err := p.Start(ctx); err != nil {
@@ -171,10 +195,9 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 		}
 	}
 	begin := time.Now()
-	ids := make([]string, c.Jobs)
-	for i := range ids {
+	for i := range c.Jobs {
 		wf, o := c.Job(i)
-		if ids[i], err = p.Enqueue(ctx, wf, o); err != nil {
+		if _, err = p.Enqueue(ctx, wf, o); err != nil {
 			return nil, fmt.Errorf("bench: enqueue job %d: %w", i, err)
 		}
 	}
@@ -192,7 +215,7 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 		err = q.SetPaused(ctx, all, false)
 	}
 	if err == nil {
-		err = wait(ctx, p, ids[:c.Runs])
+		err = wait(ctx, ended, c.Runs)
 	}
 	res.Elapsed = time.Since(begin)
 	if c.CPUProfile != nil {
@@ -205,6 +228,8 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 		return nil, err
 	}
 
+	unsubscribe()
+	<-collected
 	var g gaps
 	for i, s := range srvs {
 		res.Prompts += g.add(s.Prompts(), stamps[i])
@@ -288,11 +313,20 @@ func stop(ctx context.Context, p *pool.WorkflowPool) error {
 	return p.Stop(ctx)
 }
 
-// wait waits for the jobs ids; a failed job fails the run.
-func wait(ctx context.Context, p *pool.WorkflowPool, ids []string) error {
-	for _, id := range ids {
-		if _, err := p.Wait(ctx, id); err != nil {
-			return fmt.Errorf("bench: job %s: %w", id, err)
+// wait waits for n jobs to end (terminal events on ended); a job that did
+// not complete fails the run.
+func wait(ctx context.Context, ended <-chan pool.Event, n int) error {
+	for range n {
+		select {
+		case ev, ok := <-ended:
+			switch {
+			case !ok:
+				return pool.ErrClosed
+			case ev.Kind != pool.EventJobCompleted:
+				return fmt.Errorf("bench: job %s: %s: %w", ev.JobID, ev.Kind, ev.Err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil

@@ -46,6 +46,7 @@ func TestDispatch(t *testing.T) {
 			t.Parallel()
 			r, err := bench.Dispatch(t.Context(), &bench.DispatchConfig{Backends: backends, Jobs: tc.jobs, Runs: tc.runs, Loopback: tc.loopback, Job: tc.job})
 			require.NoError(t, err)
+			assert.Zero(t, r.Retries, "no attempt failed: %v", r.RetryErrors)
 			// The jobs dispatched before the pool stopped ran too.
 			assert.GreaterOrEqual(t, r.Prompts, tc.runs)
 			assert.LessOrEqual(t, r.Prompts, tc.jobs)
@@ -124,9 +125,10 @@ func benchDispatch(b *testing.B, cfg bench.DispatchConfig) {
 	b.ReportMetric(us(r.HistoryToPost.P50), "pool-p50-us")
 	b.ReportMetric(us(r.HistoryToPost.P99), "pool-p99-us")
 	b.ReportMetric(float64(r.Runs)/r.Elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64(r.Retries), "retries")
 	b.ReportMetric(us(r.Enqueue)/float64(r.Jobs), "enqueue-us/job")
-	b.Logf("%d backends, %d jobs queued, %d run (%d prompts), node time %v, loopback %v: enqueue %v, run %v\n  end->POST     %v\n  end->history  %v\n  history->POST %v",
-		r.Backends, r.Jobs, r.Runs, r.Prompts, cfg.NodeTime, cfg.Loopback, r.Enqueue, r.Elapsed, r.EndToPost, r.EndToHistory, r.HistoryToPost)
+	b.Logf("%d backends, %d jobs queued, %d run (%d prompts), node time %v, loopback %v: enqueue %v, run %v\n  end->POST     %v\n  end->history  %v\n  history->POST %v\n  retries %d %q",
+		r.Backends, r.Jobs, r.Runs, r.Prompts, cfg.NodeTime, cfg.Loopback, r.Enqueue, r.Elapsed, r.EndToPost, r.EndToHistory, r.HistoryToPost, r.Retries, r.RetryErrors)
 }
 
 // BenchmarkDispatch300x100k is issue 9's target: 300 backends, 100,000
@@ -159,4 +161,37 @@ func BenchmarkDispatch30x10k(b *testing.B) {
 	})
 	b.Run("instant", func(b *testing.B) { benchDispatch(b, bench.DispatchConfig{Backends: 30, Jobs: 10_000}) })
 	b.Run("loopback", func(b *testing.B) { benchDispatch(b, bench.DispatchConfig{Backends: 30, Jobs: 10_000, Loopback: true}) })
+}
+
+// BenchmarkDispatchShapes300x20k runs queues whose shape makes the pool
+// work per queued workflow or per queued job, against baselines with the
+// same work on the servers: 20,000 jobs on 300 backends, prompts of 2 s
+// on average, 1,500 jobs run. enqueue-us/job includes the dispatcher's
+// wake-ups: the queue is paused while the jobs are enqueued, but each
+// enqueue wakes the dispatcher, which claims the idle backends and tries
+// a lease for each.
+//
+//   - chain10, chain10-distinct: 10-node chains of one structure, and of
+//     1,024 (each lease looks at every workflow with waiting jobs).
+//   - default, prefer: the default job, and the same with
+//     EnqueueOpts.PreferBackends (each dispatch round looks at every
+//     waiting job that prefers a backend).
+func BenchmarkDispatchShapes300x20k(b *testing.B) {
+	prefer := func(i int) (comfy.Workflow, *pool.EnqueueOpts) {
+		wf, _ := bench.Job(i)
+		return wf, &pool.EnqueueOpts{PreferBackends: []string{bench.BackendName(i % 7)}}
+	}
+	for _, s := range []struct {
+		name string
+		job  func(int) (comfy.Workflow, *pool.EnqueueOpts)
+	}{
+		{"chain10", bench.ChainJob(10, false)},
+		{"chain10-distinct", bench.ChainJob(10, true)},
+		{"default", bench.Job},
+		{"prefer", prefer},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			benchDispatch(b, bench.DispatchConfig{Backends: 300, Jobs: 20_000, Runs: 1_500, NodeTime: 2 * time.Second, Job: s.job})
+		})
+	}
 }

@@ -7,7 +7,7 @@
 // [Dispatch] starts fake ComfyUI servers (package comfytest, in memory or
 // on loopback sockets) and a pool over them with one prompt in flight per
 // backend, waits until every backend is connected, enqueues every job
-// into the paused queue, resumes it, and stops the pool once the first
+// into the paused queue, resumes it, and stops the pool once
 // [DispatchConfig].Runs jobs ended (the rest stay queued, so the queue
 // stays deep throughout). With [DispatchConfig].Cold the jobs are
 // enqueued before the pool starts instead, and the measurement includes
