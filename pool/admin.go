@@ -463,7 +463,7 @@ func (p *WorkflowPool) Retry(ctx context.Context, id string) error {
 	// answers while none is kept).
 	p.noteQueuedLocked(qj.Workflow, 1)
 	if len(s.PreferBackends) > 0 {
-		p.prefer[id] = preferEntry{hash: qj.Workflow, backends: s.PreferBackends}
+		p.setPreferLocked(id, preferEntry{hash: qj.Workflow, backends: s.PreferBackends})
 	}
 	if o := p.outcomes[id]; o != nil {
 		p.retained.Remove(o.el)
@@ -474,7 +474,7 @@ func (p *WorkflowPool) Retry(ctx context.Context, id string) error {
 	if err != nil {
 		p.mu.Lock()
 		p.noteQueuedLocked(qj.Workflow, -1)
-		delete(p.prefer, id)
+		p.unsetPreferLocked(id)
 		p.mu.Unlock()
 		err = queueErr("retry job "+id, err)
 		p.settleAccount(acct, nil, err)

@@ -811,15 +811,26 @@ func (p *WorkflowPool) fetchVRAM(ctx context.Context, b *backend) {
 // with backoff while it fails and b stays connected, and /system_stats;
 // after every prompt (kickVRAM) it fetches /system_stats. It runs beside
 // b's watcher and ends with it (ctx).
+// vramInterval spaces the /system_stats reads that refresh a backend's
+// free VRAM after its prompts end.
+const vramInterval = time.Second
+
 func (p *WorkflowPool) refresher(ctx context.Context, b *backend) {
-	var retry timer
+	var retry, vramLater timer
 	defer retry.stop()
+	defer vramLater.stop()
 	delay := time.Second
 	capsDue := false
+	var lastVRAM time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-vramLater.c:
+			vramLater.stop()
+			p.fetchVRAM(ctx, b)
+			lastVRAM = time.Now()
+			continue
 		case <-b.caps.kick:
 			capsDue, delay = true, time.Second
 			retry.stop()
@@ -827,7 +838,14 @@ func (p *WorkflowPool) refresher(ctx context.Context, b *backend) {
 			retry.stop()
 			capsDue = b.client.State() == comfy.StateConnected
 		case <-b.caps.kickVRAM:
+			// A prompt ended: its free VRAM changed. At most one
+			// /system_stats per vramInterval, however fast prompts end.
+			if wait := vramInterval - time.Since(lastVRAM); wait > 0 {
+				vramLater.startOnce(wait)
+				continue
+			}
 			p.fetchVRAM(ctx, b)
+			lastVRAM = time.Now()
 			continue
 		}
 		if !capsDue {

@@ -452,13 +452,15 @@ func TestWarmAffinityServerQueueThenVRAM(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "gpu-1", res.Backend)
 
-			// After each prompt its backend's VRAM is asked again: gpu-1
-			// now has less than gpu-0 (its models stay loaded, say).
+			// After its prompts end a backend's VRAM is asked again, at
+			// most once a second: gpu-1 now has less than gpu-0 (its models
+			// stay loaded, say).
 			synctest.Wait()
 			big.SetVRAMFree(1 << 30)
 			res, err = p.Run(t.Context(), zeroWF(t, 2), nil)
 			require.NoError(t, err)
 			assert.Equal(t, "gpu-1", res.Backend, "the pool does not know yet")
+			time.Sleep(time.Second) // fake time: the next refresh is due
 			synctest.Wait()
 			assert.Equal(t, int64(1<<30), p.Backends()[1].VRAMFree)
 			// Another workflow (no warm backend for it).

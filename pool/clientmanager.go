@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -38,18 +39,28 @@ type claimRound struct {
 	seen      roundMark
 }
 
-// roundMark is what a dispatch round knew of: the time it began and the
-// number of jobs this Pool had enqueued.
+// roundMark is what a dispatch round knew of: the time it began, the
+// number of enqueues this Pool had begun, and whether some were still
+// being written (counted as waiting, not yet leasable).
 type roundMark struct {
 	at       time.Time
 	enqueued uint64
+	writing  bool
 }
 
-// newer reports whether qj may have been enqueued after the round began
-// (by this Pool, or by another at or after the round's time) without the
-// round's order knowing of it.
-func (m roundMark) newer(p *WorkflowPool, qj *queue.Job) bool {
-	if len(qj.Attempts) > 0 || qj.EnqueuedAt.Before(m.at) {
+// newer reports whether the round's order may not have known of qj, leased
+// for a backend that preferred the workflows prefer: qj was enqueued after
+// the round began (by this Pool, or by another at or after the round's
+// time), or this Pool was writing jobs as the round began and qj is not of
+// a preferred workflow (a preferred job may have been on its way).
+func (m roundMark) newer(p *WorkflowPool, qj *queue.Job, prefer []string) bool {
+	if len(qj.Attempts) > 0 {
+		return false
+	}
+	if m.writing && len(prefer) > 0 && !slices.Contains(prefer, qj.Workflow) {
+		return true
+	}
+	if qj.EnqueuedAt.Before(m.at) {
 		return false
 	}
 	return qj.EnqueuedAt.After(m.at) || p.enqueued.Load() != m.enqueued
@@ -68,17 +79,14 @@ func (p *WorkflowPool) claim() claimRound {
 	}
 	p.mu.Lock()
 	now := time.Now()
-	seen := roundMark{at: now, enqueued: p.enqueued.Load()} // jobs enqueued later were not known to this round's order
+	begun := p.enqueued.Load()
+	seen := roundMark{at: now, enqueued: begun, writing: p.written.Load() != begun} // what this round's order knows of
 	var preferred map[string][]string                       // backend -> workflows of jobs preferring it
-	for _, e := range p.prefer {
-		for _, name := range e.backends {
-			if preferred == nil {
-				preferred = map[string][]string{}
-			}
-			if !slices.Contains(preferred[name], e.hash) {
-				preferred[name] = append(preferred[name], e.hash)
-			}
+	for name, hashes := range p.preferBy {
+		if preferred == nil {
+			preferred = map[string][]string{}
 		}
+		preferred[name] = slices.Sorted(maps.Keys(hashes))
 	}
 	var cands []Candidate
 	byName := map[string]*backend{}

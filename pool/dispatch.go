@@ -111,15 +111,7 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (lease
 		p.mu.Unlock()
 		return false, false
 	}
-	var excl []string
-	for w := range p.workflows {
-		if b.workflows != nil && !slices.Contains(b.workflows, w) {
-			continue // never leased by b anyway
-		}
-		if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
-			excl = append(excl, w)
-		}
-	}
+	excl := p.excludedLocked(b)
 	b.inflight++ // reserved while leasing: MaxInFlight holds
 	b.leasing++
 	has := b.caps.set
@@ -147,9 +139,9 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (lease
 	p.mu.Lock()
 	b.leasing--
 	p.noteQueuedLocked(qj.Workflow, -1)
-	delete(p.prefer, qj.ID)
+	p.unsetPreferLocked(qj.ID)
 	p.mu.Unlock()
-	if seen.newer(p, qj) {
+	if seen.newer(p, qj, prefer) {
 		ctx, cancel := bgCtx()
 		_, err := p.q.Requeue(ctx, qj.ID, qj.LeaseToken)
 		cancel()
@@ -701,4 +693,76 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 	p.log.Info("took over a prompt", "backend", x.cfg.Name, "job_id", qj.ID, "prompt_id", last.PromptID)
 	*rb, *promptID = x, last.PromptID
 	return prompt
+}
+
+// excludedLocked returns the workflows the failover strategy blocks on b,
+// for the lease's ExcludeWorkflows. With the Pool's own SmartFailover it
+// looks only at the blocks its events reported (each checked again: events
+// may arrive out of order); with a Config.FailoverStrategy it asks about
+// every workflow known to wait. Caller holds p.mu.
+func (p *WorkflowPool) excludedLocked(b *backend) []string {
+	var excl []string
+	if p.ownFo != nil {
+		for w := range p.blocked[b.cfg.Name] {
+			if p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
+				delete(p.blocked[b.cfg.Name], w)
+				continue
+			}
+			excl = append(excl, w)
+		}
+		return excl
+	}
+	for w := range p.workflows {
+		if b.workflows != nil && !slices.Contains(b.workflows, w) {
+			continue // never leased by b anyway
+		}
+		if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
+			excl = append(excl, w)
+		}
+	}
+	return excl
+}
+
+// noteBlockLocked records a failover block or unblock. Caller holds p.mu.
+func (p *WorkflowPool) noteBlockLocked(e failover.Event) {
+	k := e.Key
+	if e.Kind == failover.EventUnblocked {
+		delete(p.blocked[k.Backend], k.Workflow)
+		return
+	}
+	if p.blocked[k.Backend] == nil {
+		p.blocked[k.Backend] = map[string]struct{}{}
+	}
+	p.blocked[k.Backend][k.Workflow] = struct{}{}
+}
+
+// setPreferLocked registers a waiting job that prefers some backends;
+// claim reads the index by backend. Caller holds p.mu.
+func (p *WorkflowPool) setPreferLocked(id string, e preferEntry) {
+	p.unsetPreferLocked(id)
+	p.prefer[id] = e
+	for _, name := range e.backends {
+		if p.preferBy[name] == nil {
+			p.preferBy[name] = map[string]int{}
+		}
+		p.preferBy[name][e.hash]++
+	}
+}
+
+// unsetPreferLocked drops a job from the preference index. Caller holds
+// p.mu.
+func (p *WorkflowPool) unsetPreferLocked(id string) {
+	e, ok := p.prefer[id]
+	if !ok {
+		return
+	}
+	delete(p.prefer, id)
+	for _, name := range e.backends {
+		if p.preferBy[name][e.hash]--; p.preferBy[name][e.hash] <= 0 {
+			delete(p.preferBy[name], e.hash)
+			if len(p.preferBy[name]) == 0 {
+				delete(p.preferBy, name)
+			}
+		}
+	}
 }

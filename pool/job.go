@@ -414,6 +414,6 @@ func (p *WorkflowPool) notePrefer(qj *queue.Job) {
 		return
 	}
 	p.mu.Lock()
-	p.prefer[qj.ID] = preferEntry{hash: qj.Workflow, backends: s.PreferBackends}
+	p.setPreferLocked(qj.ID, preferEntry{hash: qj.Workflow, backends: s.PreferBackends})
 	p.mu.Unlock()
 }

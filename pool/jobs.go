@@ -210,12 +210,13 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 			qj, err = p.q.Enqueue(ctx, ep)
 		}
 	}
+	p.written.Add(1)
 	if locked {
 		if err == nil && local {
 			p.local[qj.ID] = o.Inputs
 		}
 		if err == nil && len(o.PreferBackends) > 0 {
-			p.prefer[qj.ID] = preferEntry{hash: wh, backends: o.PreferBackends}
+			p.setPreferLocked(qj.ID, preferEntry{hash: wh, backends: o.PreferBackends})
 		}
 		p.mu.Unlock()
 	}
@@ -593,7 +594,7 @@ func (p *WorkflowPool) ended(qj *queue.Job, why error) {
 // forgetLocked drops what this Pool keeps about a waiting job that ended.
 // Caller holds p.mu.
 func (p *WorkflowPool) forgetLocked(id string) {
-	delete(p.prefer, id)
+	p.unsetPreferLocked(id)
 	delete(p.local, id)
 	delete(p.tried, id)
 }

@@ -55,23 +55,26 @@ type WorkflowPool struct {
 	// waiting jobs it found unschedulable; every other job lives only in
 	// the queue.
 	jobs      map[string]*jobState
-	outcomes  map[string]*outcome      // jobs this Pool saw end, for Wait and Job (jobs.go)
-	retained  list.List                // of *outcome, oldest first
-	ending    map[string]chan struct{} // jobs whose end this Pool is writing (settling)
-	workflows map[string]int           // structure hash -> jobs waiting, as far as known (noteQueuedLocked)
-	prefer    map[string]preferEntry   // waiting jobs with PreferBackends (clientmanager.go)
-	local     map[string][]InputFile   // inputs read by funcs of this process, by job
-	tried     map[string][]Attempt     // attempts this Pool made of jobs waiting again, with their full errors
-	localTag  string                   // the tag such jobs require (localTagPrefix)
-	keys      map[string]*keyEntry     // idempotency key -> job (job.go)
-	keyOrder  []string                 // keys, oldest first, bounded by MaxRetained
-	deadlines deadlineHeap             // queue and overall timeouts (follow.go)
+	outcomes  map[string]*outcome            // jobs this Pool saw end, for Wait and Job (jobs.go)
+	retained  list.List                      // of *outcome, oldest first
+	ending    map[string]chan struct{}       // jobs whose end this Pool is writing (settling)
+	workflows map[string]int                 // structure hash -> jobs waiting, as far as known (noteQueuedLocked)
+	prefer    map[string]preferEntry         // waiting jobs with PreferBackends (dispatch.go: setPreferLocked)
+	preferBy  map[string]map[string]int      // backend -> workflow -> waiting jobs preferring it
+	blocked   map[string]map[string]struct{} // backend -> workflows the own SmartFailover blocks (excludedLocked)
+	local     map[string][]InputFile         // inputs read by funcs of this process, by job
+	tried     map[string][]Attempt           // attempts this Pool made of jobs waiting again, with their full errors
+	localTag  string                         // the tag such jobs require (localTagPrefix)
+	keys      map[string]*keyEntry           // idempotency key -> job (job.go)
+	keyOrder  []string                       // keys, oldest first, bounded by MaxRetained
+	deadlines deadlineHeap                   // queue and overall timeouts (follow.go)
 	dlTimer   *time.Timer
 	dlAt      time.Time
 	caps      capsRegistry       // what the backends can run (capabilities.go)
 	flight    singleflight.Group // collapses /object_info and /system_stats fetches per backend
 
-	enqueued atomic.Uint64 // jobs this Pool enqueued (see roundMark)
+	enqueued atomic.Uint64 // enqueues this Pool began (see roundMark)
+	written  atomic.Uint64 // enqueues this Pool finished (stored or failed)
 	tmpl     templates     // parsed workflows by exact hash (template.go)
 	follow   followers     // readers of jobs (follow.go)
 	feedOnce sync.Once
@@ -98,6 +101,8 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		ending:    map[string]chan struct{}{},
 		workflows: map[string]int{},
 		prefer:    map[string]preferEntry{},
+		preferBy:  map[string]map[string]int{},
+		blocked:   map[string]map[string]struct{}{},
 		local:     map[string][]InputFile{},
 		tried:     map[string][]Attempt{},
 		localTag:  localTagPrefix + uuid.NewString(),
@@ -122,6 +127,9 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		if userOnEvent != nil {
 			userOnEvent(e)
 		}
+		p.mu.Lock()
+		p.noteBlockLocked(e)
+		p.mu.Unlock()
 		kind := EventClientBlockedWorkflow
 		if e.Kind == failover.EventUnblocked {
 			kind = EventClientUnblockedWorkflow
