@@ -24,9 +24,16 @@ import (
 //     PurgeParams.States are terminal and non-empty, Limit >= 0;
 //     a PauseScope sets at most one field; workflow keys are non-empty;
 //     a Watcher's buffer is >= 1;
-//   - params are not retained by the caller after the call (but the driver
-//     must copy slices and maps it keeps, and return fresh copies of jobs
-//     and bodies).
+//   - the IdempotencyKeys of a batch ([IDEnqueuer]) are distinct, and a
+//     batch is not empty;
+//   - params are not changed by the caller during the call. They may be
+//     the caller's own slices and maps: Queue passes them through when
+//     they need no normalisation (EnqueueParams.Overrides, Payload and
+//     Metadata always; Requires, Needs, ExcludeBackends and Lease's sets
+//     when already sorted and without duplicates, the common case,
+//     which then costs no copy). So a driver must copy (or encode) the
+//     slices and maps it keeps, since the caller may reuse them once the
+//     call returns, and return fresh copies of jobs and bodies.
 //
 // Semantics every driver must honour (the queuetest conformance suite checks
 // them):
@@ -149,6 +156,29 @@ type Notifier interface {
 	// spurious; after one, lease until Lease returns nil. The channel is
 	// meant for a single consumer and is never closed.
 	Ready() <-chan struct{}
+}
+
+// IDEnqueuer is an optional Driver interface: Enqueue without building a
+// [Job] for the caller, for one job or a batch, all or nothing.
+// [Queue.EnqueueID] and [Queue.EnqueueBatch] use it; over a driver
+// without it they call Enqueue once per job (a batch is then not atomic).
+type IDEnqueuer interface {
+	// EnqueueIDs stores a new job for each of ps as Enqueue would (state
+	// queued, Version 1, one Change each on the change feed), in batch
+	// order: ps[i] is enqueued before ps[i+1] (they may share an
+	// EnqueuedAt; among jobs of equal priority the earlier is leased
+	// first). It returns their IDs: ids[i] is ps[i]'s.
+	//
+	// It is all or nothing: on error it stores no job and publishes no
+	// change. A job refused as Enqueue would refuse it gives a
+	// *BatchError naming the first such job in batch order, counting the
+	// jobs before it as stored: Err is a *DuplicateError for a key held
+	// by a retained job, a *FullError for the first job there is no room
+	// for (Index is then the room there was), an error wrapping
+	// ErrNotFound when its WorkflowKey names no stored body. Errors that
+	// concern no one job (closed, ctx, a failure of the backing store)
+	// are returned as they are.
+	EnqueueIDs(ctx context.Context, ps []EnqueueParams) ([]string, error)
 }
 
 // SpaceNotifier is an optional Driver interface used by [Queue.EnqueueWait].

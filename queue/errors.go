@@ -79,6 +79,30 @@ func (e *FullError) Error() string {
 // Is reports whether target is [ErrQueueFull].
 func (e *FullError) Is(target error) bool { return target == ErrQueueFull }
 
+// BatchError is returned by [Queue.EnqueueBatch] (and
+// [IDEnqueuer.EnqueueIDs]) when one job of a batch is refused: Index is
+// its position in the batch and Err the error Enqueue would have returned
+// for it (a *DuplicateError, a *FullError, an error wrapping ErrNotFound
+// or ErrInvalid, or, through the per-job fallback, any error of that
+// job's Enqueue call). errors.Is and errors.As see through it, so
+// errors.Is(err, ErrQueueFull) works on a batch as on one job.
+type BatchError struct {
+	// Index is the position in the batch of the job refused: the first,
+	// in batch order, that Enqueue would refuse were the jobs before it
+	// stored.
+	Index int
+	// Err is why.
+	Err error
+}
+
+// Error implements error.
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("queue: batch job %d: %v", e.Index, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *BatchError) Unwrap() error { return e.Err }
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
