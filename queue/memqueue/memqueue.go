@@ -80,7 +80,8 @@ func (c *Config) validate() error {
 
 // Queue is the in-memory [queue.Driver]. See the package documentation for
 // how it stores records and what each operation costs. It implements
-// [queue.Notifier], [queue.SpaceNotifier] and [queue.Watcher].
+// [queue.Notifier], [queue.SpaceNotifier], [queue.Watcher] and
+// [queue.IDEnqueuer].
 //
 // Use it through [queue.New]. A Queue is safe for concurrent use by
 // multiple goroutines.
@@ -172,6 +173,7 @@ var (
 	_ queue.Notifier      = (*Queue)(nil)
 	_ queue.SpaceNotifier = (*Queue)(nil)
 	_ queue.Watcher       = (*Queue)(nil)
+	_ queue.IDEnqueuer    = (*Queue)(nil)
 )
 
 // New returns an empty in-memory queue. cfg may be nil (all defaults); it is
@@ -689,6 +691,61 @@ func (q *Queue) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job
 		return nil, err
 	}
 	return q.enqueuedJob(slot, &r, p), nil
+}
+
+// EnqueueIDs implements [queue.IDEnqueuer]: it checks the whole batch,
+// then stores it in one hold of the lock, building no Job.
+func (q *Queue) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]string, error) {
+	now, err := q.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer q.end(now)
+	if err := q.admit(ps); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(ps))
+	for i := range ps {
+		slot, r, err := q.add(now, &ps[i])
+		if err != nil {
+			panic(fmt.Sprintf("memqueue: job %d of an admitted batch refused: %v", i, err)) // admit checked what add checks
+		}
+		ids[i] = q.jobIDString(slot, r.seq)
+	}
+	return ids, nil
+}
+
+// admit returns the *queue.BatchError for the first job of ps that add
+// would refuse were the jobs before it stored (see queue.IDEnqueuer), or
+// nil when add will store them all.
+func (q *Queue) admit(ps []queue.EnqueueParams) error {
+	var batchKeys map[string]struct{} // keys of the batch, when it has several
+	for i := range ps {
+		p := &ps[i]
+		if k := p.IdempotencyKey; k != "" {
+			if slot, ok := q.keys[k]; ok {
+				return &queue.BatchError{Index: i, Err: &queue.DuplicateError{Key: k, ExistingID: q.jobIDString(slot, recSeq(q.rec(slot)))}}
+			}
+			if len(ps) > 1 {
+				// queue.Queue never passes a batch with a key twice; a
+				// direct caller that does must not get half a batch.
+				if _, ok := batchKeys[k]; ok {
+					return &queue.BatchError{Index: i, Err: fmt.Errorf("%w: idempotency key %q is used twice in the batch", queue.ErrInvalid, k)}
+				}
+				if batchKeys == nil {
+					batchKeys = map[string]struct{}{}
+				}
+				batchKeys[k] = struct{}{}
+			}
+		}
+		if q.cfg.Capacity > 0 && q.active+i >= q.cfg.Capacity {
+			return &queue.BatchError{Index: i, Err: &queue.FullError{Capacity: q.cfg.Capacity}}
+		}
+		if p.WorkflowKey != "" && q.body(p.WorkflowKey) == nil {
+			return &queue.BatchError{Index: i, Err: fmt.Errorf("%w: workflow %q is not stored", queue.ErrNotFound, p.WorkflowKey)}
+		}
+	}
+	return nil
 }
 
 // add stores a new job from p and returns its slot and record, whose
