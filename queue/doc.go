@@ -92,6 +92,16 @@
 // references and that were last stored before a time: give a margin, and
 // store again when Enqueue reports the key missing.
 //
+// # Enqueueing many jobs
+//
+// [Queue.EnqueueID] is Enqueue for a caller that needs only the new job's
+// ID (the pool): over a driver implementing [IDEnqueuer] no Job snapshot
+// is built. [Queue.EnqueueBatch] enqueues many jobs in one driver call,
+// in order, all or nothing over an IDEnqueuer (one transaction, one
+// script); a refused job is named by a [*BatchError]. Over other drivers
+// both call Enqueue once per job, and a batch that fails halfway has
+// stored the jobs before the one named (their IDs are returned).
+//
 // # Listing, pausing, watching
 //
 // [Queue.List] pages through jobs by state, workflow, stored template,
@@ -154,7 +164,9 @@
 // [ErrNotFound], [ErrDuplicate] (a [*DuplicateError] carries the existing
 // job's ID), [ErrQueueFull] ([*FullError]), [ErrLeaseLost], [ErrInvalidState],
 // [ErrClosed], [ErrInvalid] (bad arguments); errors.ErrUnsupported from
-// Subscribe when the driver has no change feed.
+// Subscribe when the driver has no change feed. A batch wraps the error of
+// the job it names in a [*BatchError], which errors.Is and errors.As see
+// through.
 //
 // # Writing a driver
 //

@@ -21,6 +21,11 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, err)
 			return d
 		},
+		NewDriverWithCapacity: func(t *testing.T, capacity int) queue.Driver {
+			d, err := memqueue.New(&memqueue.Config{Capacity: capacity})
+			require.NoError(t, err)
+			return d
+		},
 	})
 }
 

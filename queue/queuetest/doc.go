@@ -17,6 +17,12 @@
 // bubble; they inject a clock and provide [Harness].Advance. Without either,
 // those subtests are skipped (reported with t.Skip), never silently passed.
 //
+// EnqueueID and EnqueueBatch are checked twice: over the driver as it is
+// (a batch must be all or nothing when the driver implements
+// [queue.IDEnqueuer]) and over the Queue's per-job fallback (the driver
+// wrapped in a [Flaky], which hides IDEnqueuer). The subtests of a full
+// queue need [Harness].NewDriverWithCapacity; without it they are skipped.
+//
 // The change-feed subtests run only for drivers that implement
 // [queue.Watcher] (others are reported skipped); they wait up to 10 s (of
 // fake time in a bubble) for a change a driver delivers asynchronously,

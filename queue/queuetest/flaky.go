@@ -55,7 +55,10 @@ type Fault struct {
 // conformance suite. It passes [queue.Notifier] through (Ready returns nil
 // when the wrapped driver has none: the caller then polls) and
 // [queue.Watcher] (an error matching errors.ErrUnsupported when the
-// wrapped driver has none). Flaky is safe for concurrent use.
+// wrapped driver has none). It does not pass [queue.IDEnqueuer] through:
+// [queue.Queue.EnqueueID] and [queue.Queue.EnqueueBatch] over a Flaky take
+// the per-job fallback, one Enqueue per job, so OpEnqueue faults apply to
+// them too (and a batch is not atomic). Flaky is safe for concurrent use.
 type Flaky struct {
 	d queue.Driver
 

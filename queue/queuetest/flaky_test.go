@@ -25,6 +25,11 @@ func TestFlakyConformance(t *testing.T) {
 	queuetest.RunConformanceTests(t, queuetest.Harness{
 		Synctest:  true,
 		NewDriver: func(t *testing.T) queue.Driver { return queuetest.NewFlaky(newMem(t)) },
+		NewDriverWithCapacity: func(t *testing.T, capacity int) queue.Driver {
+			d, err := memqueue.New(&memqueue.Config{Capacity: capacity})
+			require.NoError(t, err)
+			return queuetest.NewFlaky(d)
+		},
 	})
 }
 
@@ -84,4 +89,39 @@ func TestFlakyNewOps(t *testing.T) {
 	_, open := <-ch
 	assert.False(t, open)
 	assert.Equal(t, 2, f.Calls(queuetest.OpSubscribe))
+}
+
+// TestFlakyEnqueueBatch: over a Flaky, EnqueueID and EnqueueBatch take the
+// per-job fallback, so that OpEnqueue faults reach them; a batch stops at
+// the faulty job and reports the jobs stored before it.
+func TestFlakyEnqueueBatch(t *testing.T) {
+	t.Parallel()
+	f := queuetest.NewFlaky(newMem(t))
+	q := queue.New(f)
+	defer q.Close()
+	ctx := t.Context()
+	boom := queue.Retryable(errors.New("store: connection reset"))
+
+	f.FailNext(queuetest.OpEnqueue, 1, queuetest.Fault{Err: boom})
+	_, err := q.EnqueueID(ctx, queue.EnqueueParams{})
+	assert.ErrorIs(t, err, boom)
+	assert.True(t, queue.IsRetryable(err))
+
+	f.FailNext(queuetest.OpEnqueue, 1, queuetest.Fault{Err: boom})
+	ids, err := q.EnqueueBatch(ctx, make([]queue.EnqueueParams, 3))
+	assert.ErrorIs(t, err, boom)
+	assert.True(t, queue.IsRetryable(err), "a *BatchError keeps its cause's classification")
+	var be *queue.BatchError
+	require.ErrorAs(t, err, &be)
+	assert.Zero(t, be.Index)
+	assert.Empty(t, ids)
+	assert.Equal(t, 2, f.Calls(queuetest.OpEnqueue), "the batch stopped at its faulty first job")
+
+	ids, err = q.EnqueueBatch(ctx, make([]queue.EnqueueParams, 3))
+	require.NoError(t, err)
+	assert.Len(t, ids, 3)
+	assert.Equal(t, 5, f.Calls(queuetest.OpEnqueue), "one Enqueue per job")
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.Queued)
 }

@@ -35,18 +35,34 @@ type Harness struct {
 	// the time-dependent subtests (expiry, heartbeat, retry delay, oldest
 	// age) are skipped.
 	Advance func(t *testing.T, d time.Duration)
+
+	// NewDriverWithCapacity returns a new, empty driver that holds at most
+	// capacity unfinished jobs (memqueue's Config.Capacity), for the
+	// subtests of a full queue. If nil, they are skipped.
+	NewDriverWithCapacity func(t *testing.T, capacity int) queue.Driver
 }
 
 type env struct {
-	t   *testing.T
-	h   Harness
-	ctx context.Context
+	t    *testing.T
+	h    Harness
+	ctx  context.Context
+	wrap func(queue.Driver) queue.Driver // wraps every driver; nil: none
 }
 
 // newQueue builds a fresh queue over a new driver, closed at cleanup.
 func (e *env) newQueue() *queue.Queue {
 	e.t.Helper()
-	q := queue.New(e.h.NewDriver(e.t))
+	return e.newQueueWith(e.h.NewDriver(e.t))
+}
+
+// newQueueWith builds a queue over d (wrapped, see env.wrap), closed at
+// cleanup.
+func (e *env) newQueueWith(d queue.Driver) *queue.Queue {
+	e.t.Helper()
+	if e.wrap != nil {
+		d = e.wrap(d)
+	}
+	q := queue.New(d)
 	e.t.Cleanup(func() { _ = q.Close() })
 	return q
 }
@@ -98,8 +114,10 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 	}
 }
 
-// RunConformanceTests runs the driver conformance suite: ordering by priority
-// then age, Workflows/Tags filtering, Needs against capabilities (and their
+// RunConformanceTests runs the driver conformance suite: Enqueue,
+// EnqueueID and EnqueueBatch (the same records, all-or-nothing batches
+// over a [queue.IDEnqueuer], and the per-job fallback over a driver
+// without one), ordering by priority then age, Workflows/Tags filtering, Needs against capabilities (and their
 // replacement by Fail and Requeue), lease tokens and expiry, heartbeats,
 // attempt records (Begin, and their closing by Complete, Fail, Requeue,
 // Cancel and expiry), versions, retry delays, dead-lettering, requeue,
@@ -126,6 +144,19 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	}
 
 	run("EnqueueGet", false, testEnqueueGet)
+	for _, fallback := range []bool{false, true} {
+		name, wrap := "", func(fn func(*env)) func(*env) { return fn }
+		if fallback {
+			name, wrap = "PerJob", perJob
+		}
+		run("EnqueueID"+name, false, wrap(testEnqueueID))
+		run("EnqueueBatch"+name, false, wrap(testEnqueueBatch))
+		run("EnqueueBatchInvalid"+name, false, wrap(testEnqueueBatchInvalid))
+		run("EnqueueBatchRefused"+name, false, wrap(testEnqueueBatchRefused))
+		run("EnqueueBatchChanges"+name, false, wrap(testEnqueueBatchChanges))
+		run("EnqueueBatchFull"+name, false, wrap(testEnqueueBatchFull))
+		run("EnqueueBatchDone"+name, false, wrap(testEnqueueBatchDone))
+	}
 	run("SnapshotsAreCopies", false, testSnapshots)
 	run("NotFound", false, testNotFound)
 	run("OrderPriorityThenAge", false, testOrder)
