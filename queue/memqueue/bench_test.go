@@ -135,13 +135,47 @@ func newBenchQueue(b *testing.B) *queue.Queue {
 
 // enqueueBench enqueues n jobs of the scale scenario.
 func enqueueBench(b *testing.B, q *queue.Queue, n int) {
+	enqueueVia(b, q, n, "Enqueue", nil)
+}
+
+// enqueueVia enqueues n jobs of the scale scenario, plus needs, through
+// the Queue method via: "Enqueue", "EnqueueID" or "EnqueueBatch=<size>".
+func enqueueVia(b *testing.B, q *queue.Queue, n int, via string, needs []string) {
 	ctx := context.Background()
-	p := queue.EnqueueParams{Workflow: benchWorkflow, WorkflowKey: benchTemplate}
+	p := queue.EnqueueParams{Workflow: benchWorkflow, WorkflowKey: benchTemplate, Needs: needs}
+	var batch int
+	if _, err := fmt.Sscanf(via, "EnqueueBatch=%d", &batch); err == nil {
+		ps := make([]queue.EnqueueParams, batch)
+		over := make([]byte, benchOverrides*batch)
+		for i := range ps {
+			ps[i] = p
+			ps[i].Overrides = over[i*benchOverrides : (i+1)*benchOverrides] // the queue copies it
+		}
+		for i := 0; i < n; i += batch {
+			k := min(batch, n-i)
+			for j := range k {
+				binary.LittleEndian.PutUint64(ps[j].Overrides, uint64(i+j))
+			}
+			if _, err := q.EnqueueBatch(ctx, ps[:k]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
 	o := make([]byte, benchOverrides)
 	for i := range n {
 		binary.LittleEndian.PutUint64(o, uint64(i))
 		p.Overrides = o // the queue copies it
-		if _, err := q.Enqueue(ctx, p); err != nil {
+		var err error
+		switch via {
+		case "Enqueue":
+			_, err = q.Enqueue(ctx, p)
+		case "EnqueueID":
+			_, err = q.EnqueueID(ctx, p)
+		default:
+			b.Fatalf("enqueue via %q", via)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -153,13 +187,36 @@ func enqueueBench(b *testing.B, q *queue.Queue, n int) {
 // per queued job (after GC), with and without its overrides. Run it at
 // the scale with -benchtime 1000000x.
 func BenchmarkEnqueueTemplate(b *testing.B) {
+	benchEnqueueVia(b, "Enqueue", nil)
+}
+
+// BenchmarkEnqueueVia is BenchmarkEnqueueTemplate through each way in:
+// Enqueue (a Job per job), EnqueueID (the ID only, through
+// queue.IDEnqueuer) and EnqueueBatch (1000 jobs a call), each with no
+// needs and with the 7 sorted needs of a small SD 1.5 template (as the
+// pool passes them, from its template's cache). One op is one job. Run
+// each alone (the first run in a process pays for the heap's growth), at
+// the scale:
+//
+//	go test -run '^$' -bench 'EnqueueVia/EnqueueID/needs=0$' -benchtime 1000000x ./queue/memqueue
+func BenchmarkEnqueueVia(b *testing.B) {
+	needs := []string{"class:CLIPTextEncode", "class:CheckpointLoaderSimple", "class:EmptyLatentImage",
+		"class:KSampler", "class:SaveImage", "class:VAEDecode", "value:CheckpointLoaderSimple/ckpt_name=sd15.safetensors"}
+	for _, via := range []string{"Enqueue", "EnqueueID", "EnqueueBatch=1000"} {
+		for _, n := range []int{0, len(needs)} {
+			b.Run(fmt.Sprintf("%s/needs=%d", via, n), func(b *testing.B) { benchEnqueueVia(b, via, needs[:n]) })
+		}
+	}
+}
+
+func benchEnqueueVia(b *testing.B, via string, needs []string) {
 	before := liveHeap()
 	q := newBenchQueue(b)
 	defer q.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
 	u := memqueue.ReadUsage()
-	enqueueBench(b, q, b.N)
+	enqueueVia(b, q, b.N, via, needs)
 	u = memqueue.ReadUsage().Sub(u)
 	b.StopTimer()
 	u.Report(b, b.N)

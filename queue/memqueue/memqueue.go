@@ -138,9 +138,17 @@ type Queue struct {
 	timerAt      time.Time
 	ready        chan struct{} // 1-buffered, coalescing
 
-	buf   []byte // encoding scratch
-	arena []byte // scratch for the sections a write replaces
+	buf       []byte      // encoding scratch
+	arena     []byte      // scratch for the sections a write replaces
+	lastLists [3][]uint32 // the symbols of the last enqueued lists (see listSection)
 }
+
+// The lists of a new job, for Queue.lastLists.
+const (
+	listRequires = iota
+	listNeeds
+	listExcludes
+)
 
 // retainedEnt names a terminal record in the retention queue. It is stale
 // (skipped) when the slot no longer holds that job finished at that time
@@ -491,6 +499,38 @@ func (q *Queue) internList(s []string) []uint32 {
 	return out
 }
 
+// listSection returns the section of the new job's list s (which names
+// the field: listRequires, listNeeds or listExcludes), its strings
+// interned. Jobs enqueued one after another repeat their lists (the pool
+// passes a template's needs to each of its jobs), so the symbols of the
+// field's last list are tried first: checking that they still name s's
+// strings (a freed symbol names "", which no list holds) costs less than
+// hashing each string.
+func (q *Queue) listSection(which int, s []string) []byte {
+	last := q.lastLists[which]
+	if !q.names(last, s) {
+		last = last[:0]
+		for _, x := range s {
+			last = append(last, q.syms.intern(x))
+		}
+		q.lastLists[which] = last
+	}
+	return q.section(func(b []byte) []byte { return encodeSymList(b, last) })
+}
+
+// names reports whether syms are the symbols of s.
+func (q *Queue) names(syms []uint32, s []string) bool {
+	if len(syms) != len(s) {
+		return false
+	}
+	for i, id := range syms {
+		if q.syms.str(id) != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func (q *Queue) errSection(e queue.ErrorSummary) []byte {
 	es := errSummary{
 		class: q.syms.intern(e.Class), message: []byte(e.Message),
@@ -791,9 +831,9 @@ func (q *Queue) add(now int64, p *queue.EnqueueParams) (uint32, rec, error) {
 			return b
 		})
 	}
-	r.requires = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.Requires)) })
-	r.needs = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.Needs)) })
-	r.excludes = q.section(func(b []byte) []byte { return encodeSymList(b, q.internList(p.ExcludeBackends)) })
+	r.requires = q.listSection(listRequires, p.Requires)
+	r.needs = q.listSection(listNeeds, p.Needs)
+	r.excludes = q.listSection(listExcludes, p.ExcludeBackends)
 	slot := q.insert(&r)
 	if wb != nil {
 		q.ref(p.WorkflowKey, wb)
