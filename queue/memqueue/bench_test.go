@@ -198,7 +198,7 @@ func BenchmarkEnqueueTemplate(b *testing.B) {
 // each alone (the first run in a process pays for the heap's growth), at
 // the scale:
 //
-//	go test -run '^$' -bench 'EnqueueVia/EnqueueID/needs=0$' -benchtime 1000000x ./queue/memqueue
+//	go test -run '^$' -bench '^BenchmarkEnqueueVia$/^EnqueueID$/^needs=0$' -benchtime 1000000x ./queue/memqueue
 func BenchmarkEnqueueVia(b *testing.B) {
 	needs := []string{"class:CLIPTextEncode", "class:CheckpointLoaderSimple", "class:EmptyLatentImage",
 		"class:KSampler", "class:SaveImage", "class:VAEDecode", "value:CheckpointLoaderSimple/ckpt_name=sd15.safetensors"}

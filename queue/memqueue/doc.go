@@ -55,6 +55,16 @@
 // by a single time.AfterFunc timer that also signals readiness. Pausing a
 // workflow or tag skips its buckets: no cost per job.
 //
+// EnqueueIDs ([queue.IDEnqueuer], behind [queue.Queue.EnqueueID] and
+// [queue.Queue.EnqueueBatch]) builds no Job: it checks a whole batch first
+// (idempotency keys, room, stored workflows), then stores it in one hold
+// of the lock, each job publishing its change, so a batch is all or
+// nothing. A batch holds the lock for its whole length (about a
+// microsecond a job): keep batches to thousands of jobs where leases must
+// not wait behind them. The jobs of a template repeat their lists (the
+// pool's needs): the symbols of the last job's lists are tried before the
+// symbol table.
+//
 // List walks sets of enqueue sequence numbers, one per state, workflow,
 // stored template, backend and metadata pair (small roaring bitmaps: 2
 // bytes a member while sparse, 1 bit while dense), starting at the cursor
