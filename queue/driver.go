@@ -33,7 +33,9 @@ import (
 //     when already sorted and without duplicates, the common case,
 //     which then costs no copy). So a driver must copy (or encode) the
 //     slices and maps it keeps, since the caller may reuse them once the
-//     call returns, and return fresh copies of jobs and bodies.
+//     call returns, and return fresh copies of jobs and bodies. Nor
+//     may it keep a pointer to the params (or a batch's slice): Queue
+//     reuses them for its next call.
 //
 // Semantics every driver must honour (the queuetest conformance suite checks
 // them):

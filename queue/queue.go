@@ -18,6 +18,7 @@ import (
 type Queue struct {
 	d         Driver
 	ids       IDEnqueuer // d, when it implements IDEnqueuer
+	scratch   sync.Pool  // of *[1]EnqueueParams (see params)
 	closeOnce sync.Once
 	closed    chan struct{}
 	closeErr  error
@@ -26,7 +27,27 @@ type Queue struct {
 // New returns a Queue over d. The Queue owns d: [Queue.Close] closes it.
 func New(d Driver) *Queue {
 	ids, _ := d.(IDEnqueuer)
-	return &Queue{d: d, ids: ids, closed: make(chan struct{})}
+	q := &Queue{d: d, ids: ids, closed: make(chan struct{})}
+	q.scratch.New = func() any { return new([1]EnqueueParams) }
+	return q
+}
+
+// params returns p in a batch of one from a pool, for the driver call of
+// a single enqueue: drivers keep nothing of their params (see [Driver]),
+// so the next enqueue may reuse it, which saves an allocation an enqueue
+// (the params escape into the driver call). Hand it back with
+// releaseParams.
+func (q *Queue) params(p *EnqueueParams) *[1]EnqueueParams {
+	ps := q.scratch.Get().(*[1]EnqueueParams)
+	ps[0] = *p
+	return ps
+}
+
+// releaseParams returns ps to the pool, dropping its references to the
+// caller's slices and map.
+func (q *Queue) releaseParams(ps *[1]EnqueueParams) {
+	ps[0] = EnqueueParams{}
+	q.scratch.Put(ps)
 }
 
 // Driver returns the underlying driver, for driver-specific calls.
@@ -120,10 +141,12 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := normalizeEnqueue(&p); err != nil {
+	ps := q.params(&p)
+	defer q.releaseParams(ps)
+	if err := normalizeEnqueue(&ps[0]); err != nil {
 		return nil, err
 	}
-	return q.d.Enqueue(ctx, &p)
+	return q.d.Enqueue(ctx, &ps[0])
 }
 
 // EnqueueID is Enqueue returning only the new job's ID: the same
@@ -143,11 +166,12 @@ func (q *Queue) EnqueueID(ctx context.Context, p EnqueueParams) (string, error) 
 		}
 		return j.ID, nil
 	}
-	ps := []EnqueueParams{p}
+	ps := q.params(&p)
+	defer q.releaseParams(ps)
 	if err := normalizeEnqueue(&ps[0]); err != nil {
 		return "", err
 	}
-	ids, err := q.enqueueIDs(ctx, ps)
+	ids, err := q.enqueueIDs(ctx, ps[:])
 	if err != nil {
 		var be *BatchError
 		if errors.As(err, &be) {
