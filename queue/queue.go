@@ -18,7 +18,7 @@ import (
 type Queue struct {
 	d         Driver
 	ids       IDEnqueuer // d, when it implements IDEnqueuer
-	scratch   sync.Pool  // of *[1]EnqueueParams (see params)
+	scratch   sync.Pool  // of *[]EnqueueParams (see params)
 	closeOnce sync.Once
 	closed    chan struct{}
 	closeErr  error
@@ -28,25 +28,34 @@ type Queue struct {
 func New(d Driver) *Queue {
 	ids, _ := d.(IDEnqueuer)
 	q := &Queue{d: d, ids: ids, closed: make(chan struct{})}
-	q.scratch.New = func() any { return new([1]EnqueueParams) }
+	q.scratch.New = func() any { return new([]EnqueueParams) }
 	return q
 }
 
-// params returns p in a batch of one from a pool, for the driver call of
-// a single enqueue: drivers keep nothing of their params (see [Driver]),
-// so the next enqueue may reuse it, which saves an allocation an enqueue
-// (the params escape into the driver call). Hand it back with
-// releaseParams.
-func (q *Queue) params(p *EnqueueParams) *[1]EnqueueParams {
-	ps := q.scratch.Get().(*[1]EnqueueParams)
-	ps[0] = *p
+// params returns a slice of n zero EnqueueParams from a pool, for the
+// normalised copy a driver call takes: drivers keep nothing of their
+// params (see [Driver]), so the next enqueue may reuse it, which saves an
+// allocation an enqueue (the params escape into the driver call). Hand it
+// back with releaseParams.
+func (q *Queue) params(n int) *[]EnqueueParams {
+	ps := q.scratch.Get().(*[]EnqueueParams)
+	if cap(*ps) < n {
+		*ps = make([]EnqueueParams, n)
+	}
+	*ps = (*ps)[:n]
 	return ps
 }
 
+// maxPooledParams bounds the batch scratch slices kept for reuse.
+const maxPooledParams = 4096
+
 // releaseParams returns ps to the pool, dropping its references to the
-// caller's slices and map.
-func (q *Queue) releaseParams(ps *[1]EnqueueParams) {
-	ps[0] = EnqueueParams{}
+// caller's slices and maps.
+func (q *Queue) releaseParams(ps *[]EnqueueParams) {
+	if cap(*ps) > maxPooledParams {
+		return
+	}
+	clear(*ps)
 	q.scratch.Put(ps)
 }
 
@@ -141,12 +150,14 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
 	}
-	ps := q.params(&p)
+	ps := q.params(1)
 	defer q.releaseParams(ps)
-	if err := normalizeEnqueue(&ps[0]); err != nil {
+	np := &(*ps)[0]
+	*np = p
+	if err := normalizeEnqueue(np); err != nil {
 		return nil, err
 	}
-	return q.d.Enqueue(ctx, &ps[0])
+	return q.d.Enqueue(ctx, np)
 }
 
 // EnqueueID is Enqueue returning only the new job's ID: the same
@@ -166,12 +177,13 @@ func (q *Queue) EnqueueID(ctx context.Context, p EnqueueParams) (string, error) 
 		}
 		return j.ID, nil
 	}
-	ps := q.params(&p)
+	ps := q.params(1)
 	defer q.releaseParams(ps)
-	if err := normalizeEnqueue(&ps[0]); err != nil {
+	(*ps)[0] = p
+	if err := normalizeEnqueue(&(*ps)[0]); err != nil {
 		return "", err
 	}
-	ids, err := q.enqueueIDs(ctx, ps[:])
+	ids, err := q.enqueueIDs(ctx, *ps)
 	if err != nil {
 		var be *BatchError
 		if errors.As(err, &be) {
@@ -215,7 +227,10 @@ func (q *Queue) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]string,
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	nps := slices.Clone(ps)
+	scratch := q.params(len(ps))
+	defer q.releaseParams(scratch)
+	nps := *scratch
+	copy(nps, ps)
 	var keys map[string]int // the batch's idempotency keys, when it has some
 	for i := range nps {
 		if err := normalizeEnqueue(&nps[i]); err != nil {
