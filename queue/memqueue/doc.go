@@ -82,7 +82,12 @@
 // beyond its overrides), about 1.4 µs of CPU per Enqueue (GC and page
 // faults included: on that VM a page fault costs about 13 µs, so each
 // byte of heap growth costs about 3 ns), and the million leased and
-// completed in about 3.2 s of CPU.
+// completed in about 3.2 s of CPU. With BenchmarkEnqueueVia (the same
+// jobs, each through its own process, the VM otherwise idle), per job:
+// Enqueue about 1.2 µs of CPU, EnqueueID 0.8 µs, EnqueueBatch of 1000
+// 0.6 µs; with the 7 needs of a small template, 1.45, 1.0 and 0.72 µs and
+// 9 bytes more of heap. The live heap per job does not depend on the way
+// in.
 //
 // # Memory bounds
 //
