@@ -203,20 +203,20 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	if !locked {
 		p.mu.Unlock()
 	}
-	qj, err := p.q.Enqueue(ctx, ep)
+	id, err := p.q.EnqueueID(ctx, ep)
 	if errors.Is(err, queue.ErrNotFound) {
 		// The stored workflow was purged (PurgeWorkflows): store it again.
 		if err = p.storeTemplate(ctx, t); err == nil {
-			qj, err = p.q.Enqueue(ctx, ep)
+			id, err = p.q.EnqueueID(ctx, ep)
 		}
 	}
 	p.written.Add(1)
 	if locked {
 		if err == nil && local {
-			p.local[qj.ID] = o.Inputs
+			p.local[id] = o.Inputs
 		}
 		if err == nil && len(o.PreferBackends) > 0 {
-			p.setPreferLocked(qj.ID, preferEntry{hash: wh, backends: o.PreferBackends})
+			p.setPreferLocked(id, preferEntry{hash: wh, backends: o.PreferBackends})
 		}
 		p.mu.Unlock()
 	}
@@ -236,22 +236,22 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	}
 	p.mu.Lock()
 	if ke != nil {
-		ke.id = qj.ID
+		ke.id = id
 	}
 	if !s.QueueDeadline.IsZero() {
-		p.addDeadlineLocked(deadline{at: s.QueueDeadline, id: qj.ID, which: "queue"})
+		p.addDeadlineLocked(deadline{at: s.QueueDeadline, id: id, which: "queue"})
 	}
 	if !s.OverallDeadline.IsZero() {
-		p.addDeadlineLocked(deadline{at: s.OverallDeadline, id: qj.ID, which: "overall"})
+		p.addDeadlineLocked(deadline{at: s.OverallDeadline, id: id, which: "overall"})
 	}
-	unsched := p.admitLocked(qj.ID, wf, wh, o, needs) // capabilities.go
+	unsched := p.admitLocked(id, wf, wh, o, needs) // capabilities.go
 	p.mu.Unlock()
 	p.poke() // this Pool's dispatcher looks, whichever Pool the queue's wake-up reached
-	p.events.publish(Event{Kind: EventJobQueued, JobID: qj.ID})
+	p.events.publish(Event{Kind: EventJobQueued, JobID: id})
 	if unsched.Kind != "" {
 		p.publishUnschedulable([]Event{unsched})
 	}
-	return qj.ID, nil
+	return id, nil
 }
 
 // sameJob returns id when the queue's job id runs the workflow key with

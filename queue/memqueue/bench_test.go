@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfypool/comfypool/internal/usage"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
 )
@@ -215,9 +216,9 @@ func benchEnqueueVia(b *testing.B, via string, needs []string) {
 	defer q.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
-	u := memqueue.ReadUsage()
+	u := usage.Read()
 	enqueueVia(b, q, b.N, via, needs)
-	u = memqueue.ReadUsage().Sub(u)
+	u = usage.Read().Sub(u)
 	b.StopTimer()
 	u.Report(b, b.N)
 	perJob := float64(liveHeap()-before) / float64(b.N)
@@ -237,7 +238,7 @@ func BenchmarkLeaseComplete(b *testing.B) {
 	lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
 	b.ReportAllocs()
 	b.ResetTimer()
-	u := memqueue.ReadUsage()
+	u := usage.Read()
 	for range b.N {
 		j, err := q.Lease(ctx, lp)
 		if err != nil || j == nil {
@@ -247,7 +248,7 @@ func BenchmarkLeaseComplete(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	memqueue.ReadUsage().Sub(u).Report(b, b.N)
+	usage.Read().Sub(u).Report(b, b.N)
 }
 
 // BenchmarkMillion is the scale check for the in-memory driver,
@@ -265,13 +266,13 @@ func BenchmarkMillion(b *testing.B) {
 	for b.Loop() {
 		before := liveHeap()
 		q := newBenchQueue(b)
-		start, u := time.Now(), memqueue.ReadUsage()
+		start, u := time.Now(), usage.Read()
 		enqueueBench(b, q, n)
-		enqueue, eu := time.Since(start), memqueue.ReadUsage().Sub(u)
+		enqueue, eu := time.Since(start), usage.Read().Sub(u)
 		perJob := float64(liveHeap()-before) / n
 		ctx := context.Background()
 		lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
-		start, u = time.Now(), memqueue.ReadUsage()
+		start, u = time.Now(), usage.Read()
 		for range n {
 			j, err := q.Lease(ctx, lp)
 			if err != nil || j == nil {
@@ -281,7 +282,7 @@ func BenchmarkMillion(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		settle, su := time.Since(start), memqueue.ReadUsage().Sub(u)
+		settle, su := time.Since(start), usage.Read().Sub(u)
 		b.ReportMetric(perJob, "heap-B/queued-job")
 		b.ReportMetric(perJob-benchOverrides, "heap-B/job-beyond-overrides")
 		b.ReportMetric(float64(enqueue.Nanoseconds())/n, "enqueue-ns/job")

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/comfypool/comfypool/internal/usage"
 	"github.com/comfypool/comfypool/queue"
 )
 
@@ -46,7 +47,7 @@ func BenchmarkEnqueueDriver(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			u := readUsage()
+			u := usage.Read()
 			for n := 0; n < b.N; n += batch {
 				k := min(batch, b.N-n)
 				for i := range k {
@@ -61,7 +62,7 @@ func BenchmarkEnqueueDriver(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			readUsage().Sub(u).Report(b, b.N)
+			usage.Read().Sub(u).Report(b, b.N)
 			runtime.GC()
 			runtime.ReadMemStats(&m1)
 			b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/float64(b.N), "heap-B/job")
