@@ -81,7 +81,7 @@ func (p *WorkflowPool) claim() claimRound {
 	now := time.Now()
 	begun := p.enqueued.Load()
 	seen := roundMark{at: now, enqueued: begun, writing: p.written.Load() != begun} // what this round's order knows of
-	var preferred map[string][]string                       // backend -> workflows of jobs preferring it
+	var preferred map[string][]string                                               // backend -> workflows of jobs preferring it
 	for name, hashes := range p.preferBy {
 		if preferred == nil {
 			preferred = map[string][]string{}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/files"
 )
 
 // InputFile is a file the job needs on the backend that runs it (an image
@@ -34,6 +35,14 @@ type InputFile struct {
 	// e.g. {Node: "10", Input: "image"} for a LoadImage node. At least one
 	// is required.
 	Targets []InputTarget
+	// With Config.Files set, Enqueue streams the content (Data or Open)
+	// into the file store once, and every attempt, in any Pool on the
+	// queue with the same store, reads it from there; an Open or store
+	// failure then fails Enqueue with an *InputError. Without a store,
+	// Data is kept in the job's record, and a job whose content comes
+	// from Open runs only in the Pool that enqueued it (the func lives in
+	// its process).
+	//
 	// Source, when set, says the file is already on a backend: an output
 	// of an earlier job, say. An attempt that runs on Source.Backend
 	// uploads nothing: the targets name the file in place
@@ -43,6 +52,8 @@ type InputFile struct {
 	// source that cannot be read (an unknown backend, a failed download)
 	// fails the job like a failed Open, with an *InputError.
 	Source *FileSource
+
+	stored *files.Ref // the content in Config.Files (set by Enqueue)
 }
 
 // FileSource names a file on one of the Pool's backends.
@@ -177,6 +188,16 @@ func (p *WorkflowPool) prepareInputs(ctx context.Context, b *backend, js *jobSta
 // from f.Source's backend. A failure is an *InputError.
 func (p *WorkflowPool) openInputFile(ctx context.Context, f InputFile) (io.ReadCloser, error) {
 	switch {
+	case f.stored != nil:
+		st := p.cfg.Files
+		if st == nil || st.Name() != f.stored.Store {
+			return nil, &InputError{Name: f.Name, Err: fmt.Errorf("its content is in file store %q, which this Pool does not have", f.stored.Store)}
+		}
+		r, err := st.OpenRef(ctx, *f.stored)
+		if err != nil {
+			return nil, fmt.Errorf("pool: input %q from the file store: %w", f.Name, err) // the store's fault: retried
+		}
+		return r, nil
 	case f.Data != nil:
 		return io.NopCloser(bytes.NewReader(f.Data)), nil
 	case f.Open != nil:
@@ -240,4 +261,22 @@ func mayHaveLanded(err error) bool {
 		return false // nothing was sent, or nothing can be
 	}
 	return comfy.StatusCode(err) == 0
+}
+
+// inputsPrefix names the inputs in Config.Files.
+const inputsPrefix = "inputs/"
+
+// storeInput streams f's content (Data or Open) into Config.Files and
+// returns its reference. A failure is an *InputError.
+func (p *WorkflowPool) storeInput(ctx context.Context, f InputFile) (*files.Ref, error) {
+	r, err := p.openInputFile(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	ref, err := p.cfg.Files.PutContentAddressed(ctx, inputsPrefix, r, nil)
+	if err != nil {
+		return nil, &InputError{Name: f.Name, Err: fmt.Errorf("store it: %w", err)}
+	}
+	return &ref, nil
 }

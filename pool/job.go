@@ -378,7 +378,7 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 		local := p.local[qj.ID]
 		p.mu.Unlock()
 		for i, in := range s.Inputs {
-			f := InputFile{Name: in.Name, Data: in.Data, Source: in.Source, Targets: in.Targets}
+			f := InputFile{Name: in.Name, Data: in.Data, Source: in.Source, Targets: in.Targets, stored: in.Stored}
 			if in.Local {
 				if i >= len(local) || local[i].Open == nil {
 					return nil, &InputError{Name: in.Name, Err: errors.New("its content is read by a func of the process that enqueued the job, which is not this one")}

@@ -163,7 +163,15 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	local := false
 	for _, f := range o.Inputs {
 		si := specInput{Name: f.Name, Data: f.Data, Source: f.Source, Targets: f.Targets}
-		if f.Data == nil && f.Open != nil {
+		switch {
+		case p.cfg.Files != nil && (f.Data != nil || f.Open != nil):
+			ref, err := p.storeInput(ctx, f)
+			if err != nil {
+				refund(err)
+				return "", err
+			}
+			si.Data, si.Stored = nil, ref
+		case f.Data == nil && f.Open != nil:
 			si.Local, local = true, true
 		}
 		s.Inputs = append(s.Inputs, si)

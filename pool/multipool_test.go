@@ -3,7 +3,9 @@ package pool_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -302,5 +304,52 @@ func TestOutputsOutliveTheirBackend(t *testing.T) {
 		require.NotNil(t, of[0].Stored)
 		assert.Equal(t, "shared", of[0].Stored.Store)
 		assert.Equal(t, direct, readAll(t)(res.Open(t.Context(), of[0].Ref)), "read from the store by the other Pool")
+	})
+}
+
+// With a file store, an input read by an Open func of the enqueuing
+// process is streamed into the store at Enqueue, so that a job enqueued by
+// one Pool runs on another's backend; without one, the job stays with the
+// Pool whose process holds the func.
+func TestInputsThroughTheFileStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		disk, err := files.NewDiskStore(&files.DiskConfig{Dir: t.TempDir()})
+		require.NoError(t, err)
+		st, err := files.New(disk, &files.Config{Name: "shared"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		front := poolOn(t, q, "front", 1, func(c *pool.Config) { c.Files = st })
+		back := poolOn(t, q, "back", 1, func(c *pool.Config) { c.Files = st })
+		opens := 0
+		id, err := front.pool.Enqueue(t.Context(), mustWF(t, loadImageWF), &pool.EnqueueOpts{
+			Inputs: []pool.InputFile{{
+				Name: "photo.png",
+				Open: func() (io.ReadCloser, error) {
+					opens++
+					return io.NopCloser(bytes.NewReader([]byte("the photo"))), nil
+				},
+				Targets: []pool.InputTarget{{Node: "1", Input: "image"}},
+			}},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 1, opens, "read once, into the store")
+		require.NoError(t, back.pool.Start(t.Context()))
+		res, err := front.pool.Wait(t.Context(), id)
+		require.NoError(t, err, "LoadImage found the file uploaded from the store")
+		assert.Equal(t, "back-0", res.Backend)
+		require.Len(t, back.servers[0].Prompts(), 1)
+		assert.Equal(t, []string{"photo.png"}, imageInputs(t, back.servers[0].Prompts()))
+
+		_, err = front.pool.Enqueue(t.Context(), mustWF(t, loadImageWF), &pool.EnqueueOpts{
+			Inputs: []pool.InputFile{{
+				Name:    "broken.png",
+				Open:    func() (io.ReadCloser, error) { return nil, errors.New("disk on fire") },
+				Targets: []pool.InputTarget{{Node: "1", Input: "image"}},
+			}},
+		})
+		var ie *pool.InputError
+		require.ErrorAs(t, err, &ie, "an input that cannot be read fails Enqueue, not a run")
+		assert.Equal(t, "broken.png", ie.Name)
 	})
 }

@@ -63,6 +63,8 @@ type specInput struct {
 	Local   bool          `json:"local,omitempty"`
 	Source  *FileSource   `json:"source,omitempty"`
 	Targets []InputTarget `json:"targets"`
+	// Stored is the content in Config.Files.
+	Stored *files.Ref `json:"stored,omitempty"`
 }
 
 // isZero reports whether s holds nothing (the Payload is then empty).
