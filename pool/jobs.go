@@ -20,9 +20,10 @@ import (
 
 // Enqueue adds a job running wf and returns its ID. wf is stored in the
 // queue once per distinct workflow (see Template); the job's record holds
-// everything any Pool on the queue needs to run it. A job that no backend
-// may ever run (strict binding, tags, excluded backends) fails at once
-// with a *NoBackendError. After Stop it returns ErrClosed. A full queue
+// everything any Pool on the queue needs to run it. On the Pool's own
+// queue (Config.Queue unset), a job that no backend may ever run (strict
+// binding, tags, excluded backends) fails at once with a *NoBackendError;
+// on a shared queue it waits for a Pool whose backends may. After Stop it returns ErrClosed. A full queue
 // gives the queue's *queue.FullError. An IdempotencyKey already used by a
 // retained job returns that job's ID and a nil error, without a new job,
 // when the workflow is the same, and an *IdempotencyConflictError when it
@@ -99,7 +100,9 @@ func (p *WorkflowPool) enqueueJob(ctx context.Context, t *Template, ovr []Overri
 	if err := validateInputs(o.Inputs, wf); err != nil {
 		return "", err
 	}
-	if !p.mayRun(wh, o.Tags, o.ExcludeBackends) {
+	// Only a Pool alone on its queue knows every backend: on a shared
+	// queue another Pool's backends may run what none of this one's may.
+	if p.ownQueue && !p.mayRun(wh, o.Tags, o.ExcludeBackends) {
 		return "", &NoBackendError{Workflow: wh, Tags: o.Tags}
 	}
 	if o.RejectUnschedulable {

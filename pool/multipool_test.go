@@ -353,3 +353,25 @@ func TestInputsThroughTheFileStore(t *testing.T) {
 		assert.Equal(t, "broken.png", ie.Name)
 	})
 }
+
+// On a shared queue a Pool accepts a job none of its own backends may run
+// (here: a tag only the other Pool's backend has); the other Pool runs it.
+// Alone on its own queue, the same Pool refuses it.
+func TestSharedQueueAcceptsJobsForOtherPools(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		front := poolOn(t, q, "front", 1, nil)
+		back := poolOn(t, q, "back", 1, func(c *pool.Config) { c.Backends[0].Tags = []string{"sdxl"} })
+		require.NoError(t, front.pool.Start(t.Context()))
+		require.NoError(t, back.pool.Start(t.Context()))
+		id, err := front.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Tags: []string{"sdxl"}})
+		require.NoError(t, err)
+		res, err := front.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, "back-0", res.Backend)
+
+		alone := setup(t, 1, nil, nil)
+		_, err = alone.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Tags: []string{"sdxl"}})
+		require.ErrorIs(t, err, pool.ErrNoBackend)
+	})
+}
