@@ -37,8 +37,10 @@ const (
 // modified. Every field documents its default; a zero value means that
 // default.
 type Config struct {
-	// Backends are the ComfyUI servers of the pool. At least one is
-	// required; names must be unique and non-empty.
+	// Backends are the ComfyUI servers of the pool; names must be unique
+	// and non-empty. At least one is required, unless Queue is set: a Pool
+	// without backends on a shared queue enqueues, waits, watches, lists
+	// and cancels while other Pools run the jobs (an HTTP front end, say).
 	Backends []BackendConfig
 
 	// Queue holds the jobs: each job's record is the whole truth about it
@@ -227,8 +229,8 @@ func (c *Config) withDefaults() Config {
 }
 
 func (c *Config) validate() error {
-	if len(c.Backends) == 0 {
-		return errors.New("pool: Backends must contain at least one entry")
+	if len(c.Backends) == 0 && c.Queue == nil {
+		return errors.New("pool: Backends must contain at least one entry (or set Queue: a Pool without backends only serves a shared queue)")
 	}
 	seen := map[string]bool{}
 	for i, b := range c.Backends {

@@ -54,7 +54,8 @@ func poolOn(t *testing.T, q *queue.Queue, prefix string, n int, edit func(*pool.
 func TestTwoPoolsShareOneQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
-		front := poolOn(t, q, "front", 1, nil) // never started: it only enqueues and reads
+		front := poolOn(t, q, "front", 0, nil) // no backends: it only enqueues and reads
+		require.NoError(t, front.pool.Start(t.Context()))
 		back := poolOn(t, q, "back", 2, nil)
 
 		wf := mustWF(t, comfytest.WorkflowOK)
