@@ -47,3 +47,24 @@ func TestIdempotencyKeyWithAnotherWorkflow(t *testing.T) {
 		check(t) // the Pool forgot it; the queue answers
 	})
 }
+
+// A key whose job the queue dropped (purged) is free again: Enqueue makes
+// a new job rather than answer with an ID the queue no longer knows.
+func TestIdempotencyKeyAfterPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, nil)
+		ctx := t.Context()
+		first, err := b.pool.Enqueue(ctx, zeroWF(t, 1), &pool.EnqueueOpts{IdempotencyKey: "order-8"})
+		require.NoError(t, err)
+		_, err = b.pool.Wait(ctx, first)
+		require.NoError(t, err)
+		n, err := b.pool.Purge(ctx, pool.PurgeFilter{})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		again, err := b.pool.Enqueue(ctx, zeroWF(t, 1), &pool.EnqueueOpts{IdempotencyKey: "order-8"})
+		require.NoError(t, err)
+		assert.NotEqual(t, first, again, "a new job")
+		_, err = b.pool.Wait(ctx, again)
+		require.NoError(t, err)
+	})
+}

@@ -27,9 +27,12 @@ type EnqueueOpts struct {
 	// Defaults to 3.
 	MaxAttempts int
 	// IdempotencyKey, if set, makes Enqueue return the ID of the job
-	// already enqueued with this key (nil error, no new job, no second
-	// Accounting.Reserve) while that job's record is retained (see
-	// Config.Retention). Concurrent Enqueues with one key make one job.
+	// already enqueued with this key (nil error, no new job) while the
+	// queue retains that job's record, whichever Pool enqueued it. A Pool
+	// remembers its last Config.MaxRetained keys and answers those without
+	// a second Accounting.Reserve; for an older key the queue answers, and
+	// the second reservation is refunded at once. Concurrent Enqueues with
+	// one key make one job.
 	// The key is bound to the workflow: reusing it with another workflow
 	// gives an *IdempotencyConflictError (matching ErrIdempotencyConflict).
 	IdempotencyKey string
@@ -321,6 +324,22 @@ func (p *WorkflowPool) claimKey(ctx context.Context, key string, sum [sha256.Siz
 		case <-ctx.Done():
 			return "", nil, ctx.Err()
 		}
+	}
+}
+
+// purged reports whether the queue no longer holds job id.
+func (p *WorkflowPool) purged(ctx context.Context, id string) bool {
+	_, err := p.q.Get(ctx, id)
+	return errors.Is(err, queue.ErrNotFound)
+}
+
+// forgetKey drops key from this Pool's memory while it names job id.
+func (p *WorkflowPool) forgetKey(key, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.keys[key]; e != nil && e.id == id {
+		delete(p.keys, key)
+		p.keyOrder = slices.DeleteFunc(p.keyOrder, func(k string) bool { return k == key })
 	}
 }
 

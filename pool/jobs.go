@@ -112,6 +112,11 @@ func (p *WorkflowPool) enqueueJob(ctx context.Context, t *Template, ovr []Overri
 	}
 	if k := o.IdempotencyKey; k != "" {
 		id, ke, err := p.claimKey(ctx, k, jobSum(t.key, ovrJSON))
+		if err == nil && ke == nil && p.purged(ctx, id) {
+			// The queue dropped the job this Pool remembers: the key is free.
+			p.forgetKey(k, id)
+			id, ke, err = p.claimKey(ctx, k, jobSum(t.key, ovrJSON))
+		}
 		if err != nil || ke == nil {
 			return id, err
 		}
