@@ -375,8 +375,8 @@ func (p *WorkflowPool) localOutcome(id string) (*outcome, <-chan struct{}) {
 func (p *WorkflowPool) heldDone(id string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if js := p.jobs[id]; js != nil && (js.leased || js.status == StatusRunning) && !js.terminal {
-		return js.done
+	if js := p.jobs[id]; js != nil && (js.leased || js.status == StatusRunning || js.terminal) {
+		return js.done // closed once finish kept the outcome (or let go)
 	}
 	return nil
 }
@@ -678,11 +678,7 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 		close(js.done)
 		return true
 	}
-	if p.jobs[js.id] == js {
-		delete(p.jobs, js.id)
-	}
-	p.forgetLocked(js.id)
-	p.keepOutcomeLocked(&outcome{id: js.id, version: max(js.version, js.endVersion), info: js.info(), res: res, err: err, finishedAt: js.finishedAt})
+	o := &outcome{id: js.id, version: max(js.version, js.endVersion), info: js.info(), res: res, err: err, finishedAt: js.finishedAt}
 	// The backend that ran the job is free before anyone learns the job
 	// ended: a caller whose Wait returned may count on it.
 	freed := p.freeLocked(js.slot)
@@ -700,7 +696,16 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 	if freed {
 		p.poke()
 	}
+	// Accounting is settled before anyone learns the job ended: until the
+	// outcome is kept, Wait and Watch wait on js.done (heldDone).
 	p.settleAccount(acct, res, err)
+	p.mu.Lock()
+	if p.jobs[js.id] == js {
+		delete(p.jobs, js.id)
+	}
+	p.forgetLocked(js.id)
+	p.keepOutcomeLocked(o)
+	p.mu.Unlock()
 	close(js.done)
 	p.events.publish(ev)
 	p.follow.notify(js.id)
