@@ -270,6 +270,9 @@ func (p *WorkflowPool) fireDeadlines() {
 // is ended here (the queue records the timeout; the other process's
 // runner interrupts its prompt).
 func (p *WorkflowPool) timeout(id, which string) {
+	if p.stopBegun() {
+		return // a stopped Pool acts on no job; the next Pool's runner enforces the deadline
+	}
 	err := &TimeoutError{Which: which}
 	p.mu.Lock()
 	js := p.jobs[id]
