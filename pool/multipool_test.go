@@ -376,3 +376,33 @@ func TestSharedQueueAcceptsJobsForOtherPools(t *testing.T) {
 		require.ErrorIs(t, err, pool.ErrNoBackend)
 	})
 }
+
+// A Pool that stopped acts on no job: the deadline of a job it gave back
+// to a shared queue is left to the next Pool that runs it.
+func TestStoppedPoolEnforcesNoDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		a := poolOn(t, q, "a", 1, nil)
+		a.servers[0].HangPrompts(true)
+		require.NoError(t, a.pool.Start(t.Context()))
+		id, err := a.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{Timeouts: pool.Timeouts{Overall: time.Minute}})
+		require.NoError(t, err)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_ = a.pool.Stop(ctx) // the running prompt is given back
+		<-a.pool.Stopped()
+		time.Sleep(2 * time.Minute) // fake time: the deadline passes
+		synctest.Wait()
+		qj, err := q.Get(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, queue.StateQueued, qj.State, "left for the next Pool")
+
+		b := poolOn(t, q, "b", 1, nil)
+		require.NoError(t, b.pool.Start(t.Context()))
+		_, err = b.pool.Wait(t.Context(), id)
+		var te *pool.TimeoutError
+		require.ErrorAs(t, err, &te, "the next Pool enforces the record's deadline")
+		assert.Equal(t, "overall", te.Which)
+	})
+}
