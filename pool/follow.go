@@ -89,8 +89,10 @@ func (f *followers) any() bool {
 const feedPoll = time.Second
 
 // feedLoop follows the queue's change feed until Stop: it wakes the
-// readers of each changed job, and tells this Pool's runners of a job
-// cancelled by another process. Without a feed it polls.
+// readers of each changed job, tells this Pool's runners of a job
+// cancelled by another process, and wakes the dispatcher for a job that
+// became leasable (Pools sharing one driver share its Ready channel, which
+// wakes only one of them). Without a feed it polls.
 func (p *WorkflowPool) feedLoop() {
 	changes, unsub, err := p.q.Subscribe(p.hardCtx, 0)
 	if err != nil {
@@ -121,12 +123,18 @@ func (p *WorkflowPool) feedLoop() {
 			if c.Gap {
 				p.follow.notifyAll()
 				p.checkHeld()
+				p.poke()
 				continue
 			}
 			if c.State.Terminal() {
 				p.endedElsewhere(c.JobID, c.Version)
 			} else if c.State == queue.StateQueued || c.State == queue.StateRetrying {
 				p.waitingAgain(c.JobID, c.Version)
+				if c.State == queue.StateQueued {
+					// The queue's Ready has one consumer: another Pool on
+					// it may have taken the wake-up of this job.
+					p.poke()
+				}
 			}
 			p.follow.notify(c.JobID)
 		case <-p.stopCh:
