@@ -215,7 +215,9 @@ type jobState struct {
 	maxAttempts int
 	spec        *spec  // the record's Payload
 	version     uint64 // the record's Version when this view was built (leased)
-	endVersion  uint64 // guarded by Pool.mu: the record's Version after the write that ended the job, when known
+	// priorAttempts is how many attempts the record listed when leased.
+	priorAttempts int
+	endVersion    uint64 // guarded by Pool.mu: the record's Version after the write that ended the job, when known
 
 	// Guarded by Pool.mu.
 	status     Status
@@ -372,7 +374,7 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 		done: make(chan struct{}), cancelCh: make(chan struct{}),
 		excluded: slices.Clone(qj.ExcludeBackends), needs: slices.Clone(qj.Needs),
 		reservation: s.Reservation, reserved: s.Reserved,
-		attempts: attemptsOf(qj.Attempts),
+		attempts: attemptsOf(qj.Attempts), priorAttempts: len(qj.Attempts),
 		opts: EnqueueOpts{
 			Priority: qj.Priority, Metadata: maps.Clone(qj.Metadata), MaxAttempts: qj.MaxAttempts,
 			IdempotencyKey: qj.IdempotencyKey, Tags: userTags(qj.Requires),

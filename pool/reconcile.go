@@ -71,7 +71,19 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 	if qj.State.Terminal() {
 		p.mu.Lock()
 		js.endVersion = qj.Version
+		// Each lease adds one attempt to the record: one beyond this
+		// lease's means the lease was lost (expired) and a later holder
+		// ended the job, and settled it.
+		later := len(qj.Attempts) > js.priorAttempts+1
+		if later {
+			js.endedElsewhere = true
+		}
 		p.mu.Unlock()
+		if later {
+			res, err := p.outcomeOf(qj)
+			p.finish(js, statusOf(qj), res, err)
+			return false
+		}
 	}
 	switch qj.State {
 	case queue.StateCompleted:

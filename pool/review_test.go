@@ -1,0 +1,92 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/memqueue"
+	"github.com/comfypool/comfypool/queue/queuetest"
+)
+
+// A Pool whose heartbeats cannot reach the queue loses its lease; another
+// Pool runs the job and completes it (and settles Accounting). When the
+// first Pool's prompt ends at last, its Complete is refused (lease lost)
+// and it reads the job back: the completion it finds is not its own, so
+// it must not Consume a second time.
+func TestLeaseLostToAnotherPoolSettlesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		flaky := queuetest.NewFlaky(d)
+		qa, qb := queue.New(flaky), queue.New(d)
+		t.Cleanup(func() { _ = qb.Close() })
+		led := newLedger()
+		edit := func(c *pool.Config) {
+			c.Accounting = led
+			c.LeaseDuration = 2500 * time.Millisecond
+		}
+		a := poolOn(t, qa, "a", 1, edit)
+		b := poolOn(t, qb, "b", 1, edit)
+		a.servers[0].HangPrompts(true)
+		// a's store link is down: no change feed (a polls), no heartbeat.
+		flaky.FailNext(queuetest.OpSubscribe, 1, queuetest.Fault{Err: errors.New("store unreachable")})
+		flaky.FailNext(queuetest.OpExtend, 1000, queuetest.Fault{Err: queue.Retryable(errors.New("store unreachable"))})
+		aEvents, _ := a.pool.Subscribe(terminalKinds...)
+		ae := collect(aEvents)
+		require.NoError(t, a.pool.Start(t.Context()))
+
+		id, err := a.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		synctest.Wait()
+		info, err := a.pool.Job(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, pool.StatusRunning, info.Status, "running on a")
+
+		require.NoError(t, b.pool.Start(t.Context()))
+		res, err := b.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, "b-0", res.Backend, "b ran it once a's lease expired")
+
+		a.servers[0].HangPrompts(false) // a's prompt ends at last
+		synctest.Wait()
+
+		require.NoError(t, a.pool.Stop(t.Context()))
+		require.NoError(t, b.pool.Stop(t.Context()))
+		c, r, _ := led.settled(id)
+		assert.Equal(t, [2]int{1, 0}, [2]int{c, r}, "consumed once, by the Pool that completed the job")
+		assert.Equal(t, map[string]map[pool.EventKind]int{id: {pool.EventJobCompleted: 1}}, terminalCounts(ae()), "one terminal event on a's bus")
+	})
+}
+
+// A front-end Pool and a worker Pool in one process share one memqueue.
+// The queue's readiness channel has a single consumer: the wake-up of a
+// job the front enqueues, once the worker idles, must still reach the
+// worker.
+func TestIdleWorkerWakesForAFrontsJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		front := poolOn(t, q, "front", 0, nil)
+		back := poolOn(t, q, "back", 1, nil)
+		require.NoError(t, front.pool.Start(t.Context()))
+		require.NoError(t, back.pool.Start(t.Context()))
+		synctest.Wait() // both dispatchers idle, waiting for a wake-up
+		wf := mustWF(t, comfytest.WorkflowOK)
+		for i := range 4 {
+			id, err := front.pool.Enqueue(t.Context(), wf, nil)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			_, err = front.pool.Wait(ctx, id)
+			cancel()
+			require.NoError(t, err, "job %d runs on the idle worker", i)
+		}
+	})
+}
