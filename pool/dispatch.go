@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -675,7 +676,15 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 	}
 	fctx, cancel := context.WithTimeout(ctx, p.cfg.SubmitTimeout)
 	defer cancel()
-	prompt, err := x.client.Follow(fctx, last.PromptID, &comfy.FollowOptions{OnMessage: onMsg})
+	// onMsg reads *rb and *promptID: messages reach it only once they are
+	// set (the prompt's earlier progress is not reported).
+	var taken atomic.Bool
+	gated := func(m comfy.Message) {
+		if taken.Load() {
+			onMsg(m)
+		}
+	}
+	prompt, err := x.client.Follow(fctx, last.PromptID, &comfy.FollowOptions{OnMessage: gated})
 	if err != nil {
 		if !errors.Is(err, comfy.ErrPromptNotFound) {
 			p.log.Warn("cannot ask a backend about a prompt taken over; submitting anew",
@@ -692,6 +701,7 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 	}
 	p.log.Info("took over a prompt", "backend", x.cfg.Name, "job_id", qj.ID, "prompt_id", last.PromptID)
 	*rb, *promptID = x, last.PromptID
+	taken.Store(true)
 	return prompt
 }
 

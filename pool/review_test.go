@@ -90,3 +90,31 @@ func TestIdleWorkerWakesForAFrontsJob(t *testing.T) {
 		}
 	})
 }
+
+// A runner that takes over a prompt its own Pool's client is following
+// (the lease was lost while the prompt ran, then the job leased again)
+// gets the prompt's messages from the first moment: the takeover must not
+// race with them (run under -race).
+func TestTakeOverOfAPromptWithMessagesIsRaceFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		flaky := queuetest.NewFlaky(d)
+		q := queue.New(flaky)
+		t.Cleanup(func() { _ = q.Close() })
+		b := poolOn(t, q, "a", 1, func(c *pool.Config) { c.LeaseDuration = 2500 * time.Millisecond })
+		b.servers[0].HangPrompts(true)
+		flaky.FailNext(queuetest.OpExtend, 1000, queuetest.Fault{Err: queue.Retryable(errors.New("store unreachable"))})
+		started, _ := b.pool.Subscribe(pool.EventJobStarted)
+		require.NoError(t, b.pool.Start(t.Context()))
+		id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		for n := 0; n < 2; { // the first run, then the takeover
+			if ev := <-started; ev.JobID == id {
+				n++
+			}
+		}
+		b.servers[0].HangPrompts(false)
+		_, _ = b.pool.Wait(t.Context(), id)
+	})
+}
