@@ -368,6 +368,7 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 		select {
 		case out <- ev:
 		case <-ctx.Done():
+		case <-p.stopCh: // a stalled reader does not hold Stop up
 		}
 	}
 	// report turns a record into the event of its state, when it is new.

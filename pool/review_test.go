@@ -118,3 +118,32 @@ func TestTakeOverOfAPromptWithMessagesIsRaceFree(t *testing.T) {
 		_, _ = b.pool.Wait(t.Context(), id)
 	})
 }
+
+// A Watch whose reader stopped reading (its channel full) must not hold
+// Stop up: the channel is closed, without the terminal event, when the
+// Pool stops.
+func TestStopDoesNotWaitForAStalledWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, nil)
+		wf := mustWF(t, comfytest.WorkflowSampler)
+		require.NoError(t, wf.SetInput("2", "steps", 100)) // 200 progress and preview events
+		id, err := b.pool.Enqueue(t.Context(), wf, nil)
+		require.NoError(t, err)
+		wctx, wcancel := context.WithCancel(context.Background())
+		defer wcancel()
+		events, err := b.pool.Watch(wctx, id) // not read until the Pool stopped
+		require.NoError(t, err)
+		_, err = b.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		assert.NoError(t, b.pool.Stop(ctx), "Stop returns once its own goroutines end")
+		wcancel()
+		n := 0
+		for range events {
+			n++
+		}
+		assert.Positive(t, n)
+	})
+}
