@@ -547,10 +547,17 @@ func (p *WorkflowPool) cancel(ctx context.Context, id string, cp queue.CancelPar
 		// the job, settling it once.
 		select {
 		case <-js.done:
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		p.mu.Lock()
+		st := js.status
+		p.mu.Unlock()
+		if st == StatusCompleted || (st == StatusFailed && !errors.Is(js.err, ErrTimeout)) {
+			// The end the runner was writing as the cancel came won.
+			return fmt.Errorf("pool: cancel job %s: it is %s: %w", id, st, queue.ErrInvalidState)
+		}
+		return nil
 	}
 	done := p.settling(id)
 	defer done()

@@ -147,3 +147,43 @@ func TestStopDoesNotWaitForAStalledWatch(t *testing.T) {
 		assert.Positive(t, n)
 	})
 }
+
+// slowComplete holds the driver's Complete until release is closed, after
+// telling entered.
+type slowComplete struct {
+	queue.Driver
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowComplete) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
+	close(s.entered)
+	<-s.release
+	return s.Driver.Complete(ctx, id, token, result)
+}
+
+// A Cancel that lands while this Pool's runner is completing the job
+// reports that the job completed (ErrInvalidState), not a nil that says
+// the cancel took.
+func TestCancelDuringCompleteSaysCompleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		sc := &slowComplete{Driver: d, entered: make(chan struct{}), release: make(chan struct{})}
+		q := queue.New(sc)
+		t.Cleanup(func() { _ = q.Close() })
+		b := setup(t, 1, nil, func(c *pool.Config) { c.Queue = q })
+		id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		<-sc.entered // the prompt ended; the runner is writing the completion
+		cancelled := make(chan error, 1)
+		go func() { cancelled <- b.pool.Cancel(t.Context(), id) }()
+		synctest.Wait()
+		close(sc.release)
+		err = <-cancelled
+		require.ErrorIs(t, err, queue.ErrInvalidState, "the job completed")
+		res, err := b.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		assert.NotEmpty(t, res.Files())
+	})
+}
