@@ -34,6 +34,18 @@ func sharedQueue(t *testing.T) *queue.Queue {
 	return q
 }
 
+// sharedStore returns a file store on a temporary directory, named
+// "shared", for several Pools.
+func sharedStore(t *testing.T) *files.Store {
+	t.Helper()
+	disk, err := files.NewDiskStore(&files.DiskConfig{Dir: t.TempDir()})
+	require.NoError(t, err)
+	st, err := files.New(disk, &files.Config{Name: "shared"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
 // poolOn builds a Pool named prefix on q with n fake backends named
 // prefix-0..n-1; it is not started.
 func poolOn(t *testing.T, q *queue.Queue, prefix string, n int, edit func(*pool.Config)) *bundle {
@@ -281,11 +293,7 @@ func TestWaitAcrossAGap(t *testing.T) {
 func TestOutputsOutliveTheirBackend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
-		disk, err := files.NewDiskStore(&files.DiskConfig{Dir: t.TempDir()})
-		require.NoError(t, err)
-		st, err := files.New(disk, &files.Config{Name: "shared"})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = st.Close() })
+		st := sharedStore(t)
 		front := poolOn(t, q, "front", 1, func(c *pool.Config) { c.Files = st })
 		back := poolOn(t, q, "back", 1, func(c *pool.Config) { c.Files = st })
 		id, err := front.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
@@ -315,11 +323,7 @@ func TestOutputsOutliveTheirBackend(t *testing.T) {
 func TestInputsThroughTheFileStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
-		disk, err := files.NewDiskStore(&files.DiskConfig{Dir: t.TempDir()})
-		require.NoError(t, err)
-		st, err := files.New(disk, &files.Config{Name: "shared"})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = st.Close() })
+		st := sharedStore(t)
 		front := poolOn(t, q, "front", 1, func(c *pool.Config) { c.Files = st })
 		back := poolOn(t, q, "back", 1, func(c *pool.Config) { c.Files = st })
 		opens := 0
