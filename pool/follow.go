@@ -182,8 +182,7 @@ func (p *WorkflowPool) waitingAgain(id string, version uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if o := p.outcomes[id]; o != nil && version > o.version {
-		p.retained.Remove(o.el)
-		delete(p.outcomes, id)
+		p.dropOutcomeLocked(o)
 	}
 }
 

@@ -235,7 +235,6 @@ type jobState struct {
 	enqueuedAt time.Time
 	startedAt  time.Time
 	finishedAt time.Time
-	timers     []*time.Timer
 	slot       *slot // the backend slot of the job's latest runner (dispatch.go)
 
 	reservation string // Accounting.Reserve's answer
@@ -254,13 +253,6 @@ type jobState struct {
 	err      error
 	done     chan struct{} // closed when terminal
 	cancelCh chan struct{} // closed on Cancel or a job timeout
-}
-
-func (js *jobState) stopTimers() {
-	for _, t := range js.timers {
-		t.Stop()
-	}
-	js.timers = nil
 }
 
 func (js *jobState) info() *JobInfo {
@@ -412,19 +404,18 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 	return js, nil
 }
 
-// armTimeoutsLocked starts the queue and overall timers of a job this
-// Pool runs, from the record's absolute deadlines. A deadline already
-// passed fires at once. Caller holds p.mu.
+// armTimeoutsLocked schedules the queue and overall deadlines of a job
+// this Pool runs, from the record (it may have been enqueued elsewhere), on
+// the Pool's one deadline timer. A deadline already passed fires at once;
+// one that fires after the job ended or went back to the queue finds it
+// ended or waiting (see timeout). Caller holds p.mu.
 func (p *WorkflowPool) armTimeoutsLocked(js *jobState) {
-	arm := func(at time.Time, which string) {
-		if at.IsZero() {
-			return
-		}
-		id := js.id
-		js.timers = append(js.timers, time.AfterFunc(max(time.Until(at), 0), func() { p.timeout(id, which) }))
+	if at := js.spec.QueueDeadline; !at.IsZero() {
+		p.addDeadlineLocked(deadline{at: at, id: js.id, which: "queue"})
 	}
-	arm(js.spec.QueueDeadline, "queue")
-	arm(js.spec.OverallDeadline, "overall")
+	if at := js.spec.OverallDeadline; !at.IsZero() {
+		p.addDeadlineLocked(deadline{at: at, id: js.id, which: "overall"})
+	}
 }
 
 // notePrefer registers a job given back to the queue that prefers some

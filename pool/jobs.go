@@ -325,8 +325,7 @@ func (p *WorkflowPool) pruneLocked(now time.Time) {
 		if p.retained.Len() <= p.cfg.MaxRetained && now.Sub(o.finishedAt) < p.cfg.Retention {
 			return
 		}
-		p.retained.Remove(el)
-		delete(p.outcomes, o.id)
+		p.dropOutcomeLocked(o)
 	}
 }
 
@@ -335,9 +334,14 @@ func (p *WorkflowPool) dropOutcome(id string, o *outcome) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.outcomes[id] == o {
-		p.retained.Remove(o.el)
-		delete(p.outcomes, id)
+		p.dropOutcomeLocked(o)
 	}
+}
+
+// dropOutcomeLocked forgets o. Caller holds p.mu.
+func (p *WorkflowPool) dropOutcomeLocked(o *outcome) {
+	p.retained.Remove(o.el)
+	delete(p.outcomes, o.id)
 }
 
 // settling marks a job whose end this Pool is writing, so that Wait and
@@ -659,7 +663,6 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 	if err != nil && st == StatusFailed {
 		js.lastErr = err
 	}
-	js.stopTimers()
 	js.wf = nil
 	js.opts.Inputs = nil
 	if res != nil {

@@ -121,7 +121,6 @@ func (p *WorkflowPool) adopt(js *jobState, token string, qj *queue.Job, res *Res
 			if js.status != StatusUnschedulable && p.jobs[js.id] == js {
 				delete(p.jobs, js.id)
 			}
-			js.stopTimers() // the next runner arms its own from the record
 			p.noteQueuedLocked(js.hash, 1)
 		}
 		p.mu.Unlock()
