@@ -11,7 +11,24 @@ import (
 	"github.com/comfypool/comfypool/internal/usage"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
+	"github.com/comfypool/comfypool/queue/queuetest"
 )
+
+// BenchmarkDriver runs the driver benchmarks every queue adapter reports
+// (see queuetest.RunBenchmarks), at the issues' scale:
+//
+//	go test -run '^$' -bench Driver ./queue/memqueue
+func BenchmarkDriver(b *testing.B) {
+	queuetest.RunBenchmarks(b, queuetest.BenchHarness{
+		NewDriver: func(b *testing.B) queue.Driver {
+			d, err := memqueue.New(&memqueue.Config{Capacity: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return d
+		},
+	})
+}
 
 // BenchmarkEnqueueLease measures one Enqueue plus one Lease (and the Complete
 // that keeps the size constant) with n jobs of random priority queued.
@@ -225,30 +242,6 @@ func benchEnqueueVia(b *testing.B, via string, needs []string) {
 	b.ReportMetric(perJob, "heap-B/job")
 	b.ReportMetric(perJob-benchOverrides, "heap-B/job-beyond-overrides")
 	runtime.KeepAlive(q)
-}
-
-// BenchmarkLeaseComplete measures one Lease and one Complete of a job of
-// the scale scenario, with b.N jobs queued at the start. Run it at the
-// issue's scale with -benchtime 1000000x.
-func BenchmarkLeaseComplete(b *testing.B) {
-	q := newBenchQueue(b)
-	defer q.Close()
-	enqueueBench(b, q, b.N)
-	ctx := context.Background()
-	lp := queue.LeaseParams{Backend: "gpu-1", Duration: time.Hour}
-	b.ReportAllocs()
-	b.ResetTimer()
-	u := usage.Read()
-	for range b.N {
-		j, err := q.Lease(ctx, lp)
-		if err != nil || j == nil {
-			b.Fatal(j, err)
-		}
-		if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	usage.Read().Sub(u).Report(b, b.N)
 }
 
 // BenchmarkMillion is the scale check for the in-memory driver,

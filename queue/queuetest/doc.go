@@ -32,6 +32,12 @@
 // EnqueuedAt or FinishedAt), never from time.Now, so that a driver with an
 // injected clock passes them.
 //
+// Beside the suite, [RunBenchmarks] runs the benchmarks every adapter reports
+// (lease and complete with 1, 4 and 16 lessees, leasing past jobs the
+// lessee may not run, pickup latency, a million jobs enqueued in batches),
+// generic over a driver factory ([BenchHarness]), run from one benchmark
+// function per driver.
+//
 // [Flaky] wraps a driver and injects faults (FailNext), for testing code
 // that uses a driver: a transient error, a permanent one, or an answer lost
 // after the call took effect.
