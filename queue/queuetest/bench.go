@@ -134,6 +134,9 @@ func RunBenchmarks(b *testing.B, h BenchHarness) {
 	if h.NewDriver == nil {
 		b.Fatal("queuetest: BenchHarness.NewDriver is required")
 	}
+	if h.SkewJobs < 0 || h.BatchJobs < 0 || h.BatchSize < 0 || h.PollInterval < 0 {
+		b.Fatal("queuetest: BenchHarness.SkewJobs, BatchJobs, BatchSize and PollInterval cannot be negative")
+	}
 	for _, n := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("LeaseComplete/lessees=%d", n), func(b *testing.B) { benchLeaseComplete(b, &h, n) })
 	}
@@ -170,12 +173,12 @@ var skewLease = queue.LeaseParams{
 }
 
 // newBenchQueue returns a queue over a new driver, holding the template,
-// closed when the round ends.
+// closed when the round ends (if not before: Close is idempotent).
 func newBenchQueue(b *testing.B, h *BenchHarness) *queue.Queue {
 	b.Helper()
 	q := queue.New(h.NewDriver(b))
 	b.Cleanup(func() { _ = q.Close() })
-	if err := q.PutWorkflow(context.Background(), benchTemplate, make([]byte, 4096)); err != nil {
+	if err := q.PutWorkflow(b.Context(), benchTemplate, make([]byte, 4096)); err != nil {
 		b.Fatal(err)
 	}
 	return q
@@ -433,10 +436,7 @@ func benchEnqueueBatch(b *testing.B, h *BenchHarness) {
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		q := queue.New(h.NewDriver(b))
-		if err := q.PutWorkflow(ctx, benchTemplate, make([]byte, 4096)); err != nil {
-			b.Fatal(err)
-		}
+		q := newBenchQueue(b, h)
 		b.StartTimer()
 		u := usage.Read()
 		err := enqueueJobs(ctx, q, n, h.batchSize(), benchJob())
@@ -452,7 +452,7 @@ func benchEnqueueBatch(b *testing.B, h *BenchHarness) {
 		if st.Queued != n {
 			b.Fatalf("%d jobs queued after enqueueing %d", st.Queued, n)
 		}
-		if err := q.Close(); err != nil {
+		if err := q.Close(); err != nil { // now: its jobs can go
 			b.Fatal(err)
 		}
 		b.StartTimer()
