@@ -429,7 +429,7 @@ func benchPickup(b *testing.B, h *BenchHarness, poll bool) {
 
 func benchEnqueueBatch(b *testing.B, h *BenchHarness) {
 	if testing.Short() {
-		b.Skip("enqueues a million jobs; skipped with -short")
+		b.Skipf("enqueues %d jobs; skipped with -short", h.batchJobs())
 	}
 	ctx := b.Context()
 	n := h.batchJobs()
