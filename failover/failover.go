@@ -108,37 +108,30 @@ func (c *Config) validate() error {
 // (backend, workflow) pair; MaxFailuresBeforeBlock consecutive backend
 // failures block the pair for a cooldown that ends by itself (emitting
 // [EventUnblocked] at that moment); a success clears the pair. Workflow
-// faults and cancellations never block anyone.
+// faults and cancellations never block anyone. It keeps its pairs in
+// memory and decides with [Rules], as a shared Strategy does.
 //
 // A SmartFailover owns one timer for the earliest cooldown end; Close stops
 // it. It is safe for concurrent use.
 type SmartFailover struct {
-	cfg Config
+	rules *Rules
+	cfg   Config
 
 	mu     sync.Mutex
-	pairs  map[Key]*pairState
+	pairs  map[Key]*Pair
 	timer  *time.Timer // fires at the earliest block end; nil when none
 	next   time.Time   // when timer fires
 	closed bool
 }
 
-type pairState struct {
-	failures int       // consecutive backend failures
-	blocks   int       // consecutive blocks without a success (cooldown growth)
-	until    time.Time // zero when not blocked
-}
-
 // New returns a SmartFailover. cfg may be nil for all defaults; it is
 // copied.
 func New(cfg *Config) (*SmartFailover, error) {
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
+	r, err := NewRules(cfg)
+	if err != nil {
 		return nil, err
 	}
-	return &SmartFailover{cfg: c, pairs: make(map[Key]*pairState)}, nil
+	return &SmartFailover{rules: r, cfg: r.cfg, pairs: make(map[Key]*Pair)}, nil
 }
 
 // Allowed reports whether k is not blocked.
@@ -146,7 +139,7 @@ func (f *SmartFailover) Allowed(k Key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.pairs[k]
-	return p == nil || p.until.IsZero() || !time.Now().Before(p.until)
+	return p == nil || !p.Blocked(time.Now())
 }
 
 // BlockedUntil returns when k's block ends, and whether it is blocked.
@@ -154,10 +147,10 @@ func (f *SmartFailover) BlockedUntil(k Key) (time.Time, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.pairs[k]
-	if p == nil || p.until.IsZero() || !time.Now().Before(p.until) {
+	if p == nil || !p.Blocked(time.Now()) {
 		return time.Time{}, false
 	}
-	return p.until, true
+	return p.Until, true
 }
 
 // RecordSuccess clears k's failures and any block (emitting
@@ -165,7 +158,7 @@ func (f *SmartFailover) BlockedUntil(k Key) (time.Time, bool) {
 func (f *SmartFailover) RecordSuccess(k Key) {
 	f.mu.Lock()
 	p := f.pairs[k]
-	wasBlocked := p != nil && !p.until.IsZero()
+	wasBlocked := p != nil && !p.Until.IsZero()
 	delete(f.pairs, k)
 	f.mu.Unlock()
 	if wasBlocked {
@@ -176,11 +169,8 @@ func (f *SmartFailover) RecordSuccess(k Key) {
 // RecordFailure counts a failure of k, blocks k when it reaches
 // MaxFailuresBeforeBlock backend failures, and returns the failure's class.
 func (f *SmartFailover) RecordFailure(k Key, err error) Class {
-	class := f.cfg.Classify(err)
-	if class == ClassNone {
-		class = ClassBackend // a failure nobody classified: see Classify
-	}
-	if class != ClassBackend {
+	class := f.rules.Classify(err)
+	if !f.rules.Counts(class) {
 		return class
 	}
 	f.mu.Lock()
@@ -190,28 +180,18 @@ func (f *SmartFailover) RecordFailure(k Key, err error) Class {
 	}
 	p := f.pairs[k]
 	if p == nil {
-		p = &pairState{}
+		p = &Pair{}
 		f.pairs[k] = p
 	}
-	p.failures++
-	if p.failures < f.cfg.MaxFailuresBeforeBlock {
+	failures := p.Failures + 1
+	next, blocked := f.rules.Fail(*p, time.Now())
+	*p = next
+	if !blocked {
 		f.mu.Unlock()
 		return class
 	}
-	cooldown := f.cfg.Cooldown
-	for range p.blocks {
-		cooldown = time.Duration(float64(cooldown) * f.cfg.CooldownGrowth)
-		if cooldown >= f.cfg.MaxCooldown {
-			cooldown = f.cfg.MaxCooldown
-			break
-		}
-	}
-	failures := p.failures
-	p.blocks++
-	p.failures = 0
-	p.until = time.Now().Add(cooldown)
-	ev := Event{Kind: EventBlocked, Key: k, Until: p.until, Failures: failures, Err: err}
-	f.scheduleLocked(p.until)
+	ev := Event{Kind: EventBlocked, Key: k, Until: p.Until, Failures: failures, Err: err}
+	f.scheduleLocked(p.Until)
 	f.mu.Unlock()
 	f.emit(ev)
 	return class
@@ -241,16 +221,16 @@ func (f *SmartFailover) expire() {
 	var ended []Key
 	var next time.Time
 	for k, p := range f.pairs {
-		if p.until.IsZero() {
+		if p.Until.IsZero() {
 			continue
 		}
-		if !now.Before(p.until) {
-			p.until = time.Time{}
+		if !p.Blocked(now) {
+			p.Until = time.Time{}
 			ended = append(ended, k)
 			continue
 		}
-		if next.IsZero() || p.until.Before(next) {
-			next = p.until
+		if next.IsZero() || p.Until.Before(next) {
+			next = p.Until
 		}
 	}
 	f.timer = nil
@@ -276,8 +256,8 @@ func (f *SmartFailover) Blocked() map[Key]time.Time {
 	now := time.Now()
 	out := make(map[Key]time.Time)
 	for k, p := range f.pairs {
-		if !p.until.IsZero() && now.Before(p.until) {
-			out[k] = p.until
+		if p.Blocked(now) {
+			out[k] = p.Until
 		}
 	}
 	return out
