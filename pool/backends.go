@@ -29,7 +29,8 @@ type backend struct {
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
 
-	caps backendCaps // capabilities.go
+	caps  backendCaps  // capabilities.go
+	lease backendLease // leases.go
 
 	// Guarded by Pool.mu.
 	inflight   int       // slots taken: running jobs, and a lease in progress
@@ -176,6 +177,7 @@ func (p *WorkflowPool) AddBackend(ctx context.Context, bc BackendConfig) error {
 	p.markCapsChangedLocked() // capabilities.go: waiting jobs have a new candidate
 	if p.started {
 		p.wg.Go(func() { p.watch(b) })
+		p.kickLeases() // leases.go: take its lease now
 	}
 	p.log.Info("backend added", "backend", bc.Name)
 	return nil
@@ -273,6 +275,7 @@ func (p *WorkflowPool) idleLocked(b *backend) {
 			defer cancel()
 			_ = b.client.Close(ctx)
 			b.cancel(ErrBackendRemoved)
+			p.releaseLease(b) // leases.go: no job of this Pool runs on it any more
 		})
 	}
 }

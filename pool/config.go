@@ -134,6 +134,33 @@ type Config struct {
 	// only from the built-in SmartFailover.
 	FailoverStrategy failover.Strategy
 
+	// BackendLeases, when set, makes this Pool drive a backend only while
+	// it holds the backend's lease there, so that Pools in several
+	// processes may list the same backends: each backend is driven by one
+	// Pool at a time and its MaxInFlight holds across them. The Pool
+	// takes the lease of each of its backends at Start (and as they are
+	// added), renews it every third of BackendLeaseTTL, and gives it back
+	// when the backend is removed or the Pool stops (after its jobs
+	// ended). A backend held elsewhere stays connected (its state and
+	// capabilities are known, and routing uses them) but is never
+	// claimed; the Pool tries to take it on every renewal round, so it
+	// takes over the backends of a Pool that died once their leases
+	// expire. A Pool that loses a lease (renewals failing until it
+	// expires, or another holder) claims the backend no more; its jobs
+	// running there go on. Nil: the Pool drives all its backends, alone.
+	// The Pool does not close it.
+	BackendLeases BackendLeases
+
+	// BackendLeaseTTL is how long a backend lease lasts unless renewed:
+	// a Pool that dies leaves its backends idle for up to this long (plus
+	// a third, the other Pools' renewal period). Defaults to 30s.
+	BackendLeaseTTL time.Duration
+
+	// HolderID names this Pool in BackendLeases (and logs, and
+	// BackendStats.Holder): it must differ between Pools. Defaults to
+	// "<hostname>/<pid>/<random>".
+	HolderID string
+
 	// Accounting, if set, is told about each job's cost: Reserve at
 	// Enqueue, then exactly one Consume or Refund (see Accounting).
 	Accounting Accounting
@@ -212,6 +239,10 @@ func (c *Config) withDefaults() Config {
 	d.Retention = cmp.Or(d.Retention, DefaultRetention)
 	d.MaxRetained = cmp.Or(d.MaxRetained, DefaultMaxRetained)
 	d.MaxDownloadBytes = cmp.Or(d.MaxDownloadBytes, DefaultMaxDownloadBytes)
+	d.BackendLeaseTTL = cmp.Or(d.BackendLeaseTTL, DefaultBackendLeaseTTL)
+	if d.HolderID == "" {
+		d.HolderID = defaultHolderID()
+	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -275,6 +306,8 @@ func (c *Config) validate() error {
 		return errors.New("pool: MaxRetained cannot be negative")
 	case c.MaxDownloadBytes < 0:
 		return errors.New("pool: MaxDownloadBytes cannot be negative")
+	case c.BackendLeaseTTL < 0:
+		return errors.New("pool: BackendLeaseTTL cannot be negative")
 	}
 	return c.Capabilities.validate()
 }

@@ -108,7 +108,7 @@ func (p *WorkflowPool) dispatch() {
 // nothing before it existed), so the round must order the backends again.
 func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale bool) {
 	p.mu.Lock()
-	if b.draining || b.inflight >= b.cfg.MaxInFlight {
+	if b.draining || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) {
 		p.mu.Unlock()
 		return false, false
 	}
@@ -709,7 +709,8 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 // for the lease's ExcludeWorkflows. With the Pool's own SmartFailover it
 // looks only at the blocks its events reported (each checked again: events
 // may arrive out of order); with a Config.FailoverStrategy it asks about
-// every workflow known to wait. Caller holds p.mu.
+// every workflow known to wait, and takes every block a BlockLister
+// lists. Caller holds p.mu.
 func (p *WorkflowPool) excludedLocked(b *backend) []string {
 	var excl []string
 	if p.ownFo != nil {
@@ -728,6 +729,13 @@ func (p *WorkflowPool) excludedLocked(b *backend) []string {
 		}
 		if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
 			excl = append(excl, w)
+		}
+	}
+	if l, ok := p.fo.(BlockLister); ok {
+		for k := range l.Blocked() {
+			if k.Backend == b.cfg.Name && !slices.Contains(excl, k.Workflow) {
+				excl = append(excl, k.Workflow)
+			}
 		}
 	}
 	return excl

@@ -183,7 +183,7 @@
 // [WorkflowPool.Subscribe] returns a channel of [Event] for the kinds asked for
 // ("job:queued", "job:started", "job:progress", "job:preview", "job:output",
 // "job:retrying", "job:completed", "job:failed", "job:cancelled",
-// "job:unschedulable", "client:state", "client:capabilities",
+// "job:unschedulable", "client:state", "client:capabilities", "client:lease",
 // "client:blocked_workflow", "client:unblocked_workflow", "pool:ready",
 // "pool:stopped"). Every job gets exactly one terminal event.
 // Sends never block the Pool: a full channel loses the event and

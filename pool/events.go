@@ -36,6 +36,10 @@ const (
 	// EventClientCapabilities: what the backend can run (its
 	// /object_info) became known or changed; see BackendStats.Capabilities.
 	EventClientCapabilities EventKind = "client:capabilities"
+	// EventClientLease: with Config.BackendLeases, this Pool took the
+	// backend's lease (it drives the backend), or learnt that another
+	// Pool holds it, or lost it; Event.Lease says who holds it now.
+	EventClientLease EventKind = "client:lease"
 
 	EventPoolReady   EventKind = "pool:ready"   // Start returned
 	EventPoolStopped EventKind = "pool:stopped" // Stop finished; channels close next
@@ -47,7 +51,7 @@ var eventKinds = [...]EventKind{
 	EventJobOutput, EventJobRetrying, EventJobCompleted, EventJobFailed,
 	EventJobCancelled, EventJobUnschedulable, EventClientState,
 	EventClientBlockedWorkflow, EventClientUnblockedWorkflow,
-	EventClientCapabilities, EventPoolReady, EventPoolStopped,
+	EventClientCapabilities, EventClientLease, EventPoolReady, EventPoolStopped,
 }
 
 // EventKinds returns every event kind the Pool emits, in a fresh slice
@@ -81,6 +85,11 @@ type Event struct {
 	State *comfy.State
 	// Failover is the block or unblock (client:*_workflow).
 	Failover *failover.Event
+	// Lease is the backend's lease as this Pool now knows it
+	// (client:lease): Holder is this Pool's HolderID when it drives the
+	// backend, another Pool's when that one does, "" when this Pool lost
+	// the lease without learning who took it.
+	Lease *BackendLease
 }
 
 // ProgressEvent is a node's progress bar update. It marshals as

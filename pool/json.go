@@ -227,7 +227,7 @@ type failoverJSON struct {
 // {"node", "output"}; result as Result marshals; error in the error form
 // of the package; retry_after a duration string; state the backend's
 // connection state word ("connected"); failover {"workflow", "until",
-// "failures", "error"}.
+// "failures", "error"}; lease {"holder", "expires"}.
 func (e Event) MarshalJSON() ([]byte, error) {
 	v := struct {
 		Kind       EventKind      `json:"kind"`
@@ -244,6 +244,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		RetryAfter string         `json:"retry_after,omitempty"`
 		State      string         `json:"state,omitempty"`
 		Failover   *failoverJSON  `json:"failover,omitempty"`
+		Lease      *leaseJSON     `json:"lease,omitempty"`
 	}{
 		Kind: e.Kind, Time: utc(e.Time), JobID: e.JobID, Backend: e.Backend, Attempt: e.Attempt,
 		PromptID: e.PromptID, Progress: e.Progress, Preview: e.Preview, Output: e.Output,
@@ -258,7 +259,16 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if f := e.Failover; f != nil {
 		v.Failover = &failoverJSON{Workflow: f.Key.Workflow, Until: utc(f.Until), Failures: f.Failures, Error: errorJSON("", f.Err)}
 	}
+	if l := e.Lease; l != nil {
+		v.Lease = &leaseJSON{Holder: l.Holder, Expires: utc(l.Expires)}
+	}
 	return json.Marshal(v)
+}
+
+// leaseJSON is a client:lease event's lease.
+type leaseJSON struct {
+	Holder  string    `json:"holder"`
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 // LogValue makes an Event log as a group of the fields it marshals to
@@ -317,6 +327,13 @@ func (e Event) LogValue() slog.Value {
 			g = append(g, err.attr())
 		}
 		attrs = append(attrs, slog.Group("failover", g...))
+	}
+	if l := e.Lease; l != nil {
+		g := []any{"holder", l.Holder}
+		if !l.Expires.IsZero() {
+			g = append(g, "expires", utc(l.Expires))
+		}
+		attrs = append(attrs, slog.Group("lease", g...))
 	}
 	return slog.GroupValue(attrs...)
 }

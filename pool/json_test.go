@@ -177,6 +177,8 @@ func eventFixtures() map[pool.EventKind]pool.Event {
 	evs[pool.EventClientUnblockedWorkflow] = pool.Event{Kind: pool.EventClientUnblockedWorkflow, Time: t0, Backend: "gpu-1",
 		Failover: &failover.Event{Kind: failover.EventUnblocked, Key: failover.Key{Backend: "gpu-1", Workflow: "st-abc"}}}
 	evs[pool.EventClientCapabilities] = pool.Event{Kind: pool.EventClientCapabilities, Time: t0, Backend: "gpu-1"}
+	evs[pool.EventClientLease] = pool.Event{Kind: pool.EventClientLease, Time: t0, Backend: "gpu-1",
+		Lease: &pool.BackendLease{Holder: "host-a/4242/1f2e3d4c", Expires: t0.Add(30 * time.Second)}}
 	evs[pool.EventPoolReady] = pool.Event{Kind: pool.EventPoolReady, Time: t0}
 	evs[pool.EventPoolStopped] = pool.Event{Kind: pool.EventPoolStopped, Time: t0}
 	return evs

@@ -52,6 +52,7 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 	for _, b := range list {
 		p.wg.Go(func() { p.watch(b) })
 	}
+	p.startLeasesLocked() // leases.go: backends are claimed once their leases are taken
 	p.mu.Unlock()
 	p.startFeed()
 	p.wg.Go(p.dispatchLoop)
@@ -182,7 +183,9 @@ func (p *WorkflowPool) beginStop() {
 func (p *WorkflowPool) finishStop() {
 	p.wg.Wait()
 	p.refundUnfinished() // hooks.go: Accounting for jobs that never ended
-	// State writers last.
+	// State writers last. The backend leases are given back once no job
+	// of this Pool runs on their backends.
+	p.stopLeases()
 	if p.ownFo != nil {
 		p.ownFo.Close()
 	}

@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"slices"
 	"sync/atomic"
+	"time"
+
+	"github.com/comfypool/comfypool/failover"
 )
 
 // Candidate is a backend that may lease a job now (connected, not in its
@@ -124,4 +127,16 @@ func (r *RoundRobin) Prefer(*Candidate) []string { return nil }
 // backend state change, a retry delay ending).
 type UnblockNotifier interface {
 	Unblocked() <-chan struct{}
+}
+
+// BlockLister is an optional interface of a Config.FailoverStrategy:
+// Blocked returns the (backend, workflow) pairs blocked now, with when
+// each block ends. With it, a backend's leases exclude every workflow
+// blocked on it, also those of jobs this Pool has not seen enqueued
+// (another Pool's, on a shared queue); without it, the Pool asks Allowed
+// about the workflows it knows to wait. Like Allowed, it is called on the
+// dispatch path and must be cheap. SmartFailover implements it, and so
+// does queue/pgqueue's Failover.
+type BlockLister interface {
+	Blocked() map[failover.Key]time.Time
 }

@@ -47,6 +47,10 @@ type WorkflowPool struct {
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 
+	leaseKick   chan struct{}      // 1-buffered: leaseLoop runs a round now
+	leaseCancel context.CancelFunc // guarded by mu; ends leaseLoop (nil: not started)
+	leaseDone   chan struct{}      // closed when leaseLoop ended
+
 	mu       sync.Mutex
 	started  bool
 	stopping bool
@@ -94,6 +98,7 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		cfg:       c,
 		log:       c.Logger.With("component", "pool"),
 		wake:      make(chan struct{}, 1),
+		leaseKick: make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
 		stoppedCh: make(chan struct{}),
 		jobs:      map[string]*jobState{},
@@ -270,6 +275,14 @@ type BackendStats struct {
 	Tags []string
 	// Draining is set while DrainBackend waits for it: it takes no job.
 	Draining bool
+	// Holder is the Config.HolderID of the Pool that drives the backend,
+	// as this Pool last learnt from Config.BackendLeases; empty without
+	// BackendLeases, before the first answer, or when this Pool lost the
+	// lease without learning who took it. HeldElsewhere is set when this
+	// Pool does not drive the backend now (it claims it for no job):
+	// always false without BackendLeases.
+	Holder        string
+	HeldElsewhere bool
 }
 
 // Stats is a snapshot of the Pool's counters.
@@ -328,10 +341,17 @@ func (p *WorkflowPool) Backends() []BackendStats {
 	out := make([]BackendStats, 0, len(backends))
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
 	for i, b := range backends {
+		held := p.heldLocked(b, now)
+		holder := b.lease.holder
+		if !held && holder == p.cfg.HolderID {
+			holder = "" // ours expired: who holds it now is unknown
+		}
 		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining,
-			VRAMFree: b.caps.vram, Capabilities: b.caps.set})
+			VRAMFree: b.caps.vram, Capabilities: b.caps.set,
+			Holder: holder, HeldElsewhere: !held})
 	}
 	return out
 }
