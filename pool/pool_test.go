@@ -684,7 +684,7 @@ func TestEventKinds(t *testing.T) {
 	kinds := pool.EventKinds()
 	assert.Contains(t, kinds, pool.EventJobQueued)
 	assert.Contains(t, kinds, pool.EventPoolStopped)
-	assert.Len(t, kinds, 16)
+	assert.Len(t, kinds, 17)
 	p, err := pool.New(&pool.Config{Backends: []pool.BackendConfig{{Name: "a", URL: "http://127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer p.Stop(context.Background())
