@@ -1,0 +1,559 @@
+package pgqueue
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/pool"
+)
+
+// DefaultFailoverRefresh is FailoverConfig.RefreshInterval's default.
+const DefaultFailoverRefresh = 30 * time.Second
+
+// Failover is a failover.Strategy whose pair states live in PostgreSQL
+// (the table failover_pairs, see migrations/003_backends.sql), shared by
+// every process on the schema: a (backend, workflow) pair blocked by one
+// process is skipped by all, and a new Failover on the schema (a
+// restart) remembers the blocks in force. It decides with the same
+// failover.Rules as failover.SmartFailover, from the same failover.Config.
+//
+// Allowed and Blocked read an in-memory view of the blocks, kept fresh by
+// LISTEN/NOTIFY on the schema's channel (every change of a block is
+// announced by the process that wrote it) and, should a notification be
+// lost, read again in full every RefreshInterval and whenever the
+// listening connection is re-established. Blocks end by the database's
+// clock: the view corrects for this process's clock being off. Each
+// RecordFailure and RecordSuccess is one short transaction.
+//
+// Give it to pool.Config.FailoverStrategy. It implements
+// pool.UnblockNotifier (a block's end wakes the Pool's dispatcher) and
+// pool.BlockLister (a Pool excludes every blocked workflow, also those of
+// jobs other processes enqueued). It is safe for concurrent use; Close
+// stops it (the Pool does not). It does not close db.
+type Failover struct {
+	rules   *failover.Rules
+	onEvent func(failover.Event)
+	db      *pgxpool.Pool
+	table   string // schema-qualified, quoted
+	channel string
+	refresh time.Duration
+	log     *slog.Logger
+
+	unblocked chan struct{} // 1-buffered, coalescing
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	blocked map[failover.Key]time.Time // the view: blocks in force, until (database clock)
+	shown   map[failover.Key]time.Time // the blocks last announced to OnEvent
+	writing map[failover.Key]int       // this process's writes under way, by pair
+	offset  time.Duration              // database clock minus this process's, at the last full read
+	timer   *time.Timer                // fires at the earliest end of a block in the view
+	closed  bool
+}
+
+// FailoverConfig configures a Failover. The zero value is usable.
+type FailoverConfig struct {
+	// Schema holds the tables ([Migrate] them first). Defaults to
+	// DefaultSchema.
+	Schema string
+	// Failover holds the rules (failures before a block, cooldown and its
+	// growth, classification), as for failover.New; every process on the
+	// schema should use the same. Nil means failover's defaults. Its
+	// OnEvent receives EventBlocked for the blocks this process records
+	// (with Failures and Err) and learns of from others (without), and
+	// EventUnblocked when a block in force ends or a success clears it,
+	// wherever it was recorded; it must not block.
+	Failover *failover.Config
+	// RefreshInterval is how often the whole view is read again, in case
+	// a notification was lost (a transaction-mode pooler drops them).
+	// Defaults to DefaultFailoverRefresh (30s).
+	RefreshInterval time.Duration
+	// Logger receives warnings (a write or read that failed). Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+var (
+	_ failover.Strategy    = (*Failover)(nil)
+	_ pool.UnblockNotifier = (*Failover)(nil)
+	_ pool.BlockLister     = (*Failover)(nil)
+)
+
+// NewFailover reads the blocks in force from db, then starts following
+// their changes, and returns the Failover. cfg may be nil for defaults;
+// it is copied. ctx bounds the first read only.
+func NewFailover(ctx context.Context, db *pgxpool.Pool, cfg *FailoverConfig) (*Failover, error) {
+	if db == nil {
+		return nil, errors.New("pgqueue: NewFailover: db is required")
+	}
+	var c FailoverConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.RefreshInterval < 0 {
+		return nil, errors.New("pgqueue: FailoverConfig.RefreshInterval cannot be negative")
+	}
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.RefreshInterval = cmp.Or(c.RefreshInterval, DefaultFailoverRefresh)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	rules, err := failover.NewRules(c.Failover)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: FailoverConfig.Failover: %w", err)
+	}
+	f := &Failover{
+		rules: rules, onEvent: rules.Config().OnEvent, db: db,
+		table:   pgx.Identifier{c.Schema, "failover_pairs"}.Sanitize(),
+		channel: failoverChannel(c.Schema),
+		refresh: c.RefreshInterval,
+		log:     c.Logger.With("component", "pgqueue.failover"),
+
+		unblocked: make(chan struct{}, 1),
+		blocked:   map[failover.Key]time.Time{},
+		shown:     map[failover.Key]time.Time{},
+		writing:   map[failover.Key]int{},
+	}
+	// LISTEN before the first read: a change made in between is then
+	// both read and notified, never missed.
+	conn, err := f.subscribe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: listen for failover changes: %w", err)
+	}
+	if err := f.reload(ctx); err != nil {
+		closeConn(conn)
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.wg.Go(func() { f.listen(lctx, conn) })
+	return f, nil
+}
+
+// failoverChannel is the NOTIFY channel of schema's failover changes:
+// "comfypool_failover:<schema>", or with a hash of the schema name when
+// that is longer than an identifier may be.
+func failoverChannel(schema string) string {
+	const prefix = "comfypool_failover:"
+	if len(prefix)+len(schema) <= 63 {
+		return prefix + schema
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
+// pairNote is the payload of a notification: a pair's block as written.
+type pairNote struct {
+	Backend  string `json:"b"`
+	Workflow string `json:"w"`
+	// Until is the block's end in Unix microseconds; 0: not blocked.
+	Until int64 `json:"u,omitempty"`
+}
+
+// Allowed implements failover.Strategy from the view: it does no I/O.
+func (f *Failover) Allowed(k failover.Key) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.blocked[k]
+	return !ok || !f.nowLocked().Before(until)
+}
+
+// BlockedUntil returns when k's block ends, by the database's clock, and
+// whether it is blocked, from the view.
+func (f *Failover) BlockedUntil(k failover.Key) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.blocked[k]
+	if !ok || !f.nowLocked().Before(until) {
+		return time.Time{}, false
+	}
+	return until, true
+}
+
+// Blocked returns the pairs blocked now, with when each block ends (by
+// the database's clock), from the view. It implements pool.BlockLister.
+func (f *Failover) Blocked() map[failover.Key]time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.nowLocked()
+	out := map[failover.Key]time.Time{}
+	for k, until := range f.blocked {
+		if now.Before(until) {
+			out[k] = until
+		}
+	}
+	return out
+}
+
+// Unblocked implements pool.UnblockNotifier: it receives a value when a
+// block in the view ended or was cleared.
+func (f *Failover) Unblocked() <-chan struct{} { return f.unblocked }
+
+// nowLocked is the database's clock as this process estimates it.
+func (f *Failover) nowLocked() time.Time { return time.Now().Add(f.offset) }
+
+// writeTimeout bounds a RecordFailure or RecordSuccess, which take no
+// context (failover.Strategy).
+const writeTimeout = 10 * time.Second
+
+// RecordSuccess implements failover.Strategy: it deletes the pair, and
+// announces the end of its block if it was blocked.
+func (f *Failover) RecordSuccess(k failover.Key) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	f.beginWrite(k)
+	defer f.endWrite(k)
+	note, _ := json.Marshal(pairNote{Backend: k.Backend, Workflow: k.Workflow})
+	// The notice goes out only for a pair blocked now, and on commit.
+	_, err := f.db.Exec(ctx, `WITH gone AS (
+		DELETE FROM `+f.table+` WHERE backend = $1 AND workflow = $2 RETURNING blocked_until)
+	SELECT pg_notify($3, $4) FROM gone WHERE blocked_until > now()`, k.Backend, k.Workflow, f.channel, string(note))
+	if err != nil {
+		f.log.Warn("failover success not recorded", "backend", k.Backend, "workflow", k.Workflow, "error", err)
+	}
+	f.apply(k, time.Time{}, nil, true)
+}
+
+// RecordFailure implements failover.Strategy: a backend fault updates the
+// pair in one transaction (the row locked: processes failing at once
+// count every failure) with failover.Rules, and announces a block. When
+// the database cannot be written, the failure is logged and not counted.
+func (f *Failover) RecordFailure(k failover.Key, err error) failover.Class {
+	class := f.rules.Classify(err)
+	if !f.rules.Counts(class) {
+		return class
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	f.beginWrite(k)
+	defer f.endWrite(k)
+	var next failover.Pair
+	var blocked bool
+	var failures int
+	werr := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+f.table+` (backend, workflow) VALUES ($1, $2) ON CONFLICT DO NOTHING`, k.Backend, k.Workflow); err != nil {
+			return err
+		}
+		var p failover.Pair
+		var until *time.Time
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT failures, blocks, blocked_until, now() FROM `+f.table+
+			` WHERE backend = $1 AND workflow = $2 FOR UPDATE`, k.Backend, k.Workflow).Scan(&p.Failures, &p.Blocks, &until, &now); err != nil {
+			return err
+		}
+		if until != nil {
+			p.Until = *until
+		}
+		failures = p.Failures + 1
+		next, blocked = f.rules.Fail(p, now)
+		var nextUntil *time.Time
+		if !next.Until.IsZero() {
+			nextUntil = &next.Until
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+f.table+` SET failures = $3, blocks = $4, blocked_until = $5, updated_at = now()
+			WHERE backend = $1 AND workflow = $2`, k.Backend, k.Workflow, next.Failures, next.Blocks, nextUntil); err != nil {
+			return err
+		}
+		if !blocked {
+			return nil
+		}
+		note, _ := json.Marshal(pairNote{Backend: k.Backend, Workflow: k.Workflow, Until: next.Until.UnixMicro()})
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, f.channel, string(note))
+		return err
+	})
+	if werr != nil {
+		f.log.Warn("failover failure not recorded", "backend", k.Backend, "workflow", k.Workflow, "error", werr)
+		return class
+	}
+	if blocked {
+		f.apply(k, next.Until, &failover.Event{Kind: failover.EventBlocked, Key: k, Until: next.Until, Failures: failures, Err: err}, true)
+	}
+	return class
+}
+
+// apply sets k's block in the view (zero until: none) and announces
+// what changed since the last announcement of k: a block (ev, or a plain
+// EventBlocked when ev is nil), or the end of one. own is set for this
+// process's writes: while one is under way for k, a notification about k
+// (maybe its own, arriving before the write returns) updates the view
+// without announcing, so that the write announces with its failures and
+// error.
+func (f *Failover) apply(k failover.Key, until time.Time, ev *failover.Event, own bool) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	now := f.nowLocked()
+	active := !until.IsZero() && now.Before(until)
+	if active {
+		f.blocked[k] = until
+	} else {
+		delete(f.blocked, k)
+	}
+	f.scheduleLocked()
+	var out *failover.Event
+	shown, wasShown := f.shown[k]
+	switch {
+	case !own && f.writing[k] > 0:
+	case active && !(wasShown && shown.Equal(until)):
+		f.shown[k] = until
+		out = ev
+		if out == nil {
+			out = &failover.Event{Kind: failover.EventBlocked, Key: k, Until: until}
+		}
+	case !active && wasShown:
+		delete(f.shown, k)
+		out = &failover.Event{Kind: failover.EventUnblocked, Key: k}
+	}
+	f.mu.Unlock()
+	if out != nil {
+		f.emit(*out)
+	}
+}
+
+// beginWrite and endWrite bracket this process's write of k (see apply).
+func (f *Failover) beginWrite(k failover.Key) {
+	f.mu.Lock()
+	f.writing[k]++
+	f.mu.Unlock()
+}
+
+func (f *Failover) endWrite(k failover.Key) {
+	f.mu.Lock()
+	if f.writing[k]--; f.writing[k] <= 0 {
+		delete(f.writing, k)
+	}
+	f.mu.Unlock()
+}
+
+// scheduleLocked arms the timer for the earliest end of a block in the
+// view.
+func (f *Failover) scheduleLocked() {
+	var next time.Time
+	for _, until := range f.blocked {
+		if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	if next.IsZero() {
+		return
+	}
+	f.timer = time.AfterFunc(next.Sub(f.nowLocked()), f.expire)
+}
+
+// expire drops the blocks that ended from the view and emits their
+// EventUnblocked.
+func (f *Failover) expire() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	now := f.nowLocked()
+	var ended []failover.Key
+	for k, until := range f.blocked {
+		if !now.Before(until) {
+			delete(f.blocked, k)
+			if _, ok := f.shown[k]; ok {
+				delete(f.shown, k)
+				ended = append(ended, k)
+			}
+		}
+	}
+	f.scheduleLocked()
+	f.mu.Unlock()
+	for _, k := range ended {
+		f.emit(failover.Event{Kind: failover.EventUnblocked, Key: k})
+	}
+}
+
+// emit passes ev to OnEvent, and wakes Unblocked's reader for an unblock.
+func (f *Failover) emit(ev failover.Event) {
+	if f.onEvent != nil {
+		f.onEvent(ev)
+	}
+	if ev.Kind == failover.EventUnblocked {
+		select {
+		case f.unblocked <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reload reads every block in force and replaces the view with them,
+// measuring this process's clock against the database's.
+func (f *Failover) reload(ctx context.Context) error {
+	before := time.Now()
+	rows, err := f.db.Query(ctx, `SELECT backend, workflow, blocked_until, now() FROM `+f.table+` WHERE blocked_until > now()
+		UNION ALL SELECT NULL, NULL, NULL, now()`)
+	if err != nil {
+		return fmt.Errorf("pgqueue: read failover blocks: %w", err)
+	}
+	fresh := map[failover.Key]time.Time{}
+	var dbNow time.Time
+	var backend, workflow *string
+	var until *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&backend, &workflow, &until, &dbNow}, func() error {
+		if backend != nil && until != nil {
+			fresh[failover.Key{Backend: *backend, Workflow: *workflow}] = *until
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgqueue: read failover blocks: %w", err)
+	}
+	after := time.Now()
+	local := before.Add(after.Sub(before) / 2)
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.offset = dbNow.Sub(local)
+	old := f.blocked
+	f.mu.Unlock()
+	for k := range old {
+		if _, ok := fresh[k]; !ok {
+			f.apply(k, time.Time{}, nil, false) // cleared while we did not listen
+		}
+	}
+	for k, until := range fresh {
+		f.apply(k, until, nil, false)
+	}
+	return nil
+}
+
+// listen follows the schema's notifications on conn (a connection of
+// its own, LISTENing), and on a new one when it fails, reading the whole
+// view again every RefreshInterval and after each reconnection, until
+// ctx ends.
+func (f *Failover) listen(ctx context.Context, conn *pgx.Conn) {
+	backoff := time.Second
+	for {
+		err := f.follow(ctx, conn)
+		closeConn(conn)
+		if ctx.Err() != nil {
+			return
+		}
+		f.log.Warn("failover notifications lost; listening again", "error", err, "retry_in", backoff)
+		for conn = nil; conn == nil; {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			backoff = min(backoff*2, f.refresh)
+			if conn, err = f.subscribe(ctx); err == nil {
+				err = f.reload(ctx) // notifications may have been lost meanwhile
+			}
+			if err != nil {
+				f.log.Warn("failover notifications: cannot listen", "error", err, "retry_in", backoff)
+				if conn != nil {
+					closeConn(conn)
+					conn = nil
+				}
+			}
+		}
+		backoff = time.Second
+	}
+}
+
+// subscribe takes a connection out of the pool for good (a LISTENing
+// connection does not go back) and LISTENs on the schema's channel.
+func (f *Failover) subscribe(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := f.db.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Hijack()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize()); err != nil {
+		closeConn(conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// closeConn closes a connection subscribe took.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// follow applies conn's notifications to the view until conn fails or
+// ctx ends, reading the whole view every RefreshInterval.
+func (f *Failover) follow(ctx context.Context, conn *pgx.Conn) error {
+	next := time.Now().Add(f.refresh)
+	for {
+		wctx, cancel := context.WithDeadline(ctx, next)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && wctx.Err() != nil: // the refresh is due
+			if conn.IsClosed() {
+				return err
+			}
+			if err := f.reload(ctx); err != nil {
+				f.log.Warn("failover blocks not read", "error", err)
+			}
+			next = time.Now().Add(f.refresh)
+			continue
+		case err != nil:
+			return err
+		}
+		var note pairNote
+		if err := json.Unmarshal([]byte(n.Payload), &note); err != nil {
+			f.log.Warn("failover notification not understood", "error", err)
+			continue
+		}
+		var until time.Time
+		if note.Until != 0 {
+			until = time.UnixMicro(note.Until)
+		}
+		f.apply(failover.Key{Backend: note.Backend, Workflow: note.Workflow}, until, nil, false)
+	}
+}
+
+// Close stops following changes and the view's timer; no event is
+// emitted after it returns. It does not change the database. ctx bounds
+// the wait for the listener to end.
+func (f *Failover) Close(ctx context.Context) error {
+	f.mu.Lock()
+	f.closed = true
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	f.mu.Unlock()
+	f.cancel()
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
