@@ -241,6 +241,7 @@ func TestBackendLeasesTakenOverWhenHolderStops(t *testing.T) {
 		require.NoError(t, err)
 		res, err = second.Wait(t.Context(), next)
 		require.NoError(t, err)
+		assert.Len(t, res.Attempts, 1, "run at once by the new driver")
 		assert.LessOrEqual(t, time.Since(stopped), time.Second+2*time.Second, "taken over within one renewal period (TTL/3), then run")
 		for _, bs := range second.Backends() {
 			assert.False(t, bs.HeldElsewhere, "%s", bs.Name)
