@@ -135,7 +135,34 @@
 // (BenchmarkWarmAffinity measures the difference). EnqueueOpts has
 // PreferBackends and ExcludeBackends per job. Config.FailoverStrategy
 // replaces the SmartFailover; one that implements [UnblockNotifier] wakes
-// the dispatcher when a block ends.
+// the dispatcher when a block ends, one that implements [BlockLister]
+// has its blocks honoured for every job, also those other Pools enqueued.
+//
+// # Several processes
+//
+// Pools in several processes (or one) work as one pool when they share
+// what must be shared; a database adapter (queue/pgqueue) provides each
+// piece:
+//
+//   - jobs and their records: one [Config].Queue (see "Jobs live in the
+//     queue"); any Pool enqueues, waits for, watches and cancels any job;
+//   - output files: one [Config].Files store;
+//   - backends: with [Config].BackendLeases, each backend is driven by
+//     one Pool at a time, the holder of its lease (renewed every third of
+//     Config.BackendLeaseTTL), so MaxInFlight holds across processes.
+//     The others stay connected to it (state and capabilities known) but
+//     never send it a job; when the holder stops it gives its leases
+//     back, when it dies they expire, and another Pool takes them at its
+//     next renewal. A Pool that holds no backend still enqueues, waits,
+//     watches and cancels. [BackendStats].Holder and HeldElsewhere, and
+//     client:lease events, say which Pool drives which backend;
+//   - failover blocks: a Config.FailoverStrategy kept in the database
+//     (one that is a [BlockLister] too), so a (backend, workflow) pair
+//     blocked by one process is skipped by all and a restart remembers
+//     it.
+//
+// Warm affinity (which workflow a backend ran last), retained outcomes
+// and event subscriptions stay per process.
 //
 // # Routing by capabilities
 //

@@ -1,0 +1,59 @@
+package pgqueue_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/comfypool/comfypool/failover"
+	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/queue/pgqueue"
+)
+
+// Every process runs this: the Pools share the backends (each driven by
+// one process at a time) and the failover blocks through the database.
+// (Jobs are shared through a queue on the same database, not shown.)
+func ExampleNewBackendLeases() {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, "postgres://comfypool@db.internal/comfypool")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := pgqueue.Migrate(ctx, db, ""); err != nil {
+		log.Fatal(err)
+	}
+	leases, err := pgqueue.NewBackendLeases(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fo, err := pgqueue.NewFailover(ctx, db, &pgqueue.FailoverConfig{
+		Failover: &failover.Config{Cooldown: time.Minute},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fo.Close(ctx)
+
+	p, err := pool.New(&pool.Config{
+		Backends: []pool.BackendConfig{
+			{Name: "gpu-1", URL: "http://10.0.0.1:8188"},
+			{Name: "gpu-2", URL: "http://10.0.0.2:8188"},
+		},
+		BackendLeases:    leases,
+		FailoverStrategy: fo,
+		// Queue: the shared queue.
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	for _, b := range p.Backends() {
+		log.Printf("%s driven by %s (here: %v)", b.Name, b.Holder, !b.HeldElsewhere)
+	}
+}
