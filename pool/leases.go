@@ -147,7 +147,7 @@ func (p *WorkflowPool) leaseLoop(ctx context.Context) {
 	}
 }
 
-// startLeases starts leaseLoop (Start), with Config.BackendLeases.
+// startLeasesLocked starts leaseLoop (Start), with Config.BackendLeases.
 // Caller holds p.mu.
 func (p *WorkflowPool) startLeasesLocked() {
 	if p.cfg.BackendLeases == nil {
