@@ -194,7 +194,7 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) {
 	actx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Millisecond))
 	l, err := p.cfg.BackendLeases.Acquire(actx, b.cfg.Name, p.cfg.HolderID, ttl)
 	cancel()
-	b.lease.mu.Unlock()
+	defer b.lease.mu.Unlock() // until the answer is noted: a release comes after it
 	p.mu.Lock()
 	if err == nil {
 		b.lease.holder = l.Holder
@@ -214,10 +214,11 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) {
 	changed := view != b.lease.shown
 	b.lease.shown = view
 	ev := BackendLease{Holder: view.holder}
-	if view.held {
-		ev.Expires = b.lease.heldUntil
-	} else if err == nil && l.Holder != p.cfg.HolderID {
-		ev.Expires = l.Expires
+	switch {
+	case err == nil && view.holder != "":
+		ev.Expires = l.Expires // the store's answer, by its clock
+	case view.held:
+		ev.Expires = b.lease.heldUntil // not renewed: our bound
 	}
 	p.mu.Unlock()
 	if !changed {
