@@ -344,3 +344,48 @@ func TestBackendLeasesHolderOfNothingServesTheQueue(t *testing.T) {
 		assert.ErrorIs(t, err, pool.ErrCancelled)
 	})
 }
+
+// A backend added at run time has its lease taken at once; a backend
+// removed gives its lease back, and another Pool listing it takes it.
+func TestBackendLeasesFollowAddAndRemove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		srvs := slowServers(t, 2, time.Second)
+		var leases pool.MemoryBackendLeases
+		ps := leasedPools(t, q, &leases, srvs[:1], 2)
+		first, second := ps[0], ps[1]
+		require.NoError(t, first.Start(t.Context()))
+		synctest.Wait()
+		require.NoError(t, second.Start(t.Context()))
+		synctest.Wait()
+
+		extra := backendsFor(srvs)[1]
+		extra.Name = "gpu-extra"
+		require.NoError(t, first.AddBackend(t.Context(), extra))
+		synctest.Wait() // no time passes: taken on the kick, not the next renewal
+		l, err := leases.Acquire(t.Context(), "gpu-extra", "someone", time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, first.HolderID(), l.Holder)
+		require.NoError(t, second.AddBackend(t.Context(), extra))
+		synctest.Wait()
+		assert.True(t, backendNamed(t, second, "gpu-extra").HeldElsewhere)
+
+		require.NoError(t, first.RemoveBackend(t.Context(), "gpu-extra"))
+		time.Sleep(time.Second) // one renewal period of the second Pool
+		synctest.Wait()
+		bs := backendNamed(t, second, "gpu-extra")
+		assert.False(t, bs.HeldElsewhere, "released on removal, taken by the other Pool")
+		assert.Equal(t, second.HolderID(), bs.Holder)
+	})
+}
+
+func backendNamed(t *testing.T, p *pool.WorkflowPool, name string) pool.BackendStats {
+	t.Helper()
+	for _, bs := range p.Backends() {
+		if bs.Name == name {
+			return bs
+		}
+	}
+	t.Fatalf("no backend %s", name)
+	return pool.BackendStats{}
+}
