@@ -2,6 +2,7 @@ package dag
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -24,6 +25,9 @@ import (
 type checkpointer struct {
 	store Store
 	id    string
+	// owner, when set, writes under the execution's lease
+	// (LeaseStore.SaveNodesLeased).
+	owner string
 	// ctx is the context of the writes: the execution's, without its
 	// cancellation (a cancelled execution still records its end).
 	ctx    context.Context
@@ -34,6 +38,7 @@ type checkpointer struct {
 	queue   []*NodeRecord  // records to write, in first-save order
 	err     error          // the first write error
 	closing bool
+	dropped bool // the lease was lost: nothing more is written
 
 	wake    chan struct{} // 1-buffered: something was queued, or close
 	stopped chan struct{} // closed when the writer returned
@@ -41,9 +46,9 @@ type checkpointer struct {
 
 // newCheckpointer returns the checkpointer of execution id; start runs
 // its writer.
-func newCheckpointer(ctx context.Context, store Store, id string, report func(error)) *checkpointer {
+func newCheckpointer(ctx context.Context, store Store, id, owner string, report func(error)) *checkpointer {
 	return &checkpointer{
-		store: store, id: id, ctx: ctx, report: report,
+		store: store, id: id, owner: owner, ctx: ctx, report: report,
 		pending: make(map[string]int),
 		wake:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
@@ -80,6 +85,9 @@ func (c *checkpointer) run() {
 			c.mu.Lock()
 			group, closing := c.queue, c.closing
 			c.queue, c.pending = nil, make(map[string]int)
+			if c.dropped {
+				group = nil
+			}
 			c.mu.Unlock()
 			if len(group) == 0 {
 				if closing {
@@ -108,8 +116,25 @@ func (c *checkpointer) fail(err error) {
 	}
 }
 
+// drop makes the checkpointer drop every record not written yet, and
+// every later one: the execution lost its lease.
+func (c *checkpointer) drop() {
+	c.mu.Lock()
+	c.dropped = true
+	c.mu.Unlock()
+}
+
 // write writes one group of records.
 func (c *checkpointer) write(group []*NodeRecord) error {
+	if ls, ok := c.store.(LeaseStore); ok && c.owner != "" {
+		if err := ls.SaveNodesLeased(c.ctx, c.id, c.owner, group); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				c.drop()
+			}
+			return fmt.Errorf("%w: %d nodes of execution %q (%q, …): %w", ErrCheckpoint, len(group), c.id, group[0].Node, err)
+		}
+		return nil
+	}
 	if bs, ok := c.store.(BatchStore); ok {
 		if err := bs.SaveNodes(c.ctx, c.id, group); err != nil {
 			if len(group) == 1 {

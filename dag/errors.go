@@ -70,6 +70,17 @@ var (
 	ErrCheckpoint = errors.New("dag: checkpoint not written")
 	// ErrClosed: the Executor was closed.
 	ErrClosed = errors.New("dag: executor closed")
+	// ErrLeased: another owner holds a live lease on the execution
+	// (LeaseStore.AcquireLease): it runs elsewhere. Executor.Resume
+	// returns it as is; Executor.ResumeAbandoned skips the execution.
+	ErrLeased = errors.New("dag: execution leased by another owner")
+	// ErrLeaseLost: the owner writing an execution's records no longer
+	// holds its lease, which another owner took after it expired
+	// (LeaseStore.UpdateExecutionLeased, SaveNodesLeased). An execution
+	// that loses its lease stops without writing anything more and
+	// without cancelling its jobs (the new owner reattaches to them);
+	// Wait returns an error matching ErrLeaseLost and ErrCancelled.
+	ErrLeaseLost = errors.New("dag: execution lease lost")
 )
 
 // Problem is one thing wrong with a graph.

@@ -30,6 +30,10 @@ var (
 	// errCheckpointFailed cancels the running nodes of an execution whose
 	// checkpoint could not be written.
 	errCheckpointFailed = fmt.Errorf("%w: a checkpoint could not be written", ErrCancelled)
+	// errLeaseLost stops the running nodes of an execution whose lease
+	// another owner took: their jobs are left running (not cancelled),
+	// for the new owner to reattach to.
+	errLeaseLost = fmt.Errorf("%w: %w", ErrCancelled, ErrLeaseLost)
 )
 
 // Executor runs graphs: each execution is scheduled by one goroutine of
@@ -42,6 +46,10 @@ var (
 type Executor struct {
 	cfg Config
 	log *slog.Logger
+	// leases is cfg.Store when it is a LeaseStore given by the caller
+	// (the default MemoryStore is private: nobody else could run its
+	// executions); nil otherwise.
+	leases LeaseStore
 
 	// ctx is the lifecycle context every execution derives from; Close
 	// cancels it with errClosing.
@@ -91,11 +99,18 @@ func New(cfg *Config) (*Executor, error) {
 		return nil, fmt.Errorf("%w: Config.Parallelism cannot be negative", ErrInvalid)
 	case c.ConditionMemory < 0:
 		return nil, fmt.Errorf("%w: Config.ConditionMemory cannot be negative", ErrInvalid)
+	case c.LeaseTTL < 0:
+		return nil, fmt.Errorf("%w: Config.LeaseTTL cannot be negative", ErrInvalid)
 	}
 	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
 	c.ConditionMemory = cmp.Or(c.ConditionMemory, DefaultConditionMemory)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.Owner = cmp.Or(c.Owner, uuid.NewString())
+	var leases LeaseStore
 	if c.Store == nil {
 		c.Store = NewMemoryStore()
+	} else if ls, ok := c.Store.(LeaseStore); ok {
+		leases = ls
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -104,6 +119,7 @@ func New(cfg *Config) (*Executor, error) {
 	ex := &Executor{
 		cfg:    c,
 		log:    c.Logger.With(slog.String("component", "dag")),
+		leases: leases,
 		ctx:    ctx,
 		cancel: cancel,
 		active: make(map[string]*Execution),
@@ -154,7 +170,8 @@ func (ex *Executor) reserve(id string, e *Execution) error {
 	switch {
 	case ex.closed:
 		return ErrClosed
-	case ex.active[id] != nil:
+	}
+	if _, ok := ex.active[id]; ok {
 		return fmt.Errorf("%w: %q is running", ErrExists, id)
 	}
 	ex.active[id] = e
@@ -244,13 +261,22 @@ func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, 
 		return nil, err
 	}
 	rec := x.rec
-	if err := ex.cfg.Store.CreateExecution(ctx, &rec); err != nil {
+	if ex.leases != nil {
+		err = ex.leases.CreateExecutionLeased(ctx, &rec, ex.lease())
+	} else {
+		err = ex.cfg.Store.CreateExecution(ctx, &rec)
+	}
+	if err != nil {
 		ex.release(id)
 		return nil, err
 	}
+	x.leased = ex.leases != nil
 	x.launch()
 	return x, nil
 }
+
+// lease is this Executor's lease of an execution.
+func (ex *Executor) lease() Lease { return Lease{Owner: ex.cfg.Owner, TTL: ex.cfg.LeaseTTL} }
 
 // Resume continues execution id from its checkpoint in the Store
 // (ErrNotFound when there is none), after a crash or on another
@@ -271,21 +297,62 @@ func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, 
 // stored node states and then the terminal EventExecutionState (no
 // "running" one) are delivered to OnEvent before Done closes.
 //
-// Only this Executor's own executions are known to be running: two
-// processes (or two Executors) sharing a Store, a FileStore directory
-// say, can both Resume the same execution, which then runs twice, each
-// overwriting the other's checkpoints. Resume an execution in one place
-// at a time; the Store does not lock it.
+// With a Store that is a LeaseStore (given in Config), Resume first takes
+// the execution's lease for Config.Owner: ErrLeased when another
+// Executor holds it (the execution runs there), and the lease is renewed
+// while the execution runs and released at its end. ResumeAbandoned
+// resumes every execution a stopped process left. With another Store,
+// only this Executor's own executions are known to be running: two
+// processes (or two Executors) sharing a FileStore directory, say, can
+// both Resume the same execution, which then runs twice, each overwriting
+// the other's checkpoints; resume an execution in one place at a time.
 func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Execution, error) {
+	return ex.reserveAndResume(ctx, id, opts, false)
+}
+
+// reserveAndResume is Resume, or with abandoned set the resume of an
+// execution LeaseStore.Abandoned listed (see resume).
+func (ex *Executor) reserveAndResume(ctx context.Context, id string, opts *RunOpts, abandoned bool) (*Execution, error) {
 	o, err := runOpts(opts)
 	if err != nil {
 		return nil, err
 	}
-	ex.mu.Lock()
-	closed := ex.closed
-	ex.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+	// Claim id here first, so that nothing below touches the lease of an
+	// execution this Executor runs.
+	if err := ex.reserve(id, nil); err != nil {
+		return nil, err
+	}
+	x, err := ex.resume(ctx, id, &o, abandoned)
+	if err != nil {
+		ex.release(id)
+		return nil, err
+	}
+	return x, nil
+}
+
+// errNotAbandoned: an execution ResumeAbandoned listed ended before it
+// got the lease.
+var errNotAbandoned = errors.New("dag: execution no longer running")
+
+// resume is Resume once id is reserved. On success, the execution owns
+// the reservation (a completed one without OnEvent released it). With
+// abandoned set, only an execution still running is resumed
+// (errNotAbandoned otherwise): its holder may have ended it between
+// LeaseStore.Abandoned and the lease.
+func (ex *Executor) resume(ctx context.Context, id string, o *RunOpts, abandoned bool) (x *Execution, err error) {
+	leased := false
+	if ex.leases != nil {
+		// The lease before the checkpoint: a former holder may write
+		// until another owner takes its lease.
+		if err := ex.leases.AcquireLease(ctx, id, ex.lease()); err != nil {
+			return nil, err
+		}
+		leased = true
+		defer func() {
+			if leased && x == nil {
+				ex.releaseLease(id)
+			}
+		}()
 	}
 	cp, err := ex.cfg.Store.Load(ctx, id)
 	if err != nil {
@@ -293,6 +360,9 @@ func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Exec
 	}
 	if cp.Execution == nil {
 		return nil, fmt.Errorf("%w: %q has no execution record", ErrNotFound, id)
+	}
+	if abandoned && cp.Execution.Status != StatusRunning {
+		return nil, errNotAbandoned
 	}
 	g, err := ParseGraph(cp.Execution.Graph)
 	if err != nil {
@@ -307,20 +377,22 @@ func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Exec
 		return nil, fmt.Errorf("dag: resume %q: stored inputs: %w", id, err)
 	}
 	policy := cmp.Or(o.OnFailure, cp.Execution.OnFailure, FailFast)
-	x := ex.newExecution(id, p, in, &o, policy)
+	x = ex.newExecution(id, p, in, o, policy)
 	x.rec = *cp.Execution
 	x.rec.OnFailure = policy
 	if cp.Execution.Status == StatusCompleted {
+		// Nothing to run or write: no lease.
+		if leased {
+			ex.releaseLease(id)
+		}
 		x.restoreDone(cp)
 		if x.onEvent == nil {
+			ex.release(id)
 			x.finishDone()
 			return x, nil
 		}
 		// Replay its end to OnEvent from a goroutine of its own, as for
 		// a running execution (OnEvent may wait for the caller).
-		if err := ex.reserve(id, x); err != nil {
-			return nil, err
-		}
 		ex.wg.Go(func() {
 			for _, i := range x.p.order {
 				if x.infos[i].State != NodePending {
@@ -334,18 +406,68 @@ func (ex *Executor) Resume(ctx context.Context, id string, opts *RunOpts) (*Exec
 		return x, nil
 	}
 	x.restore(cp)
-	if err := ex.reserve(id, x); err != nil {
-		return nil, err
-	}
+	x.leased = leased
 	x.rec.Status, x.rec.Updated = StatusRunning, time.Now()
 	rec := x.rec
-	if err := ex.cfg.Store.UpdateExecution(ctx, &rec); err != nil {
-		ex.release(id)
+	if err := x.updateRecord(ctx, &rec); err != nil {
 		return nil, err
 	}
 	x.launch()
 	return x, nil
 }
+
+// releaseLease gives back this Executor's lease of execution id, on a
+// path where nothing else will; a failure is logged (the lease expires).
+func (ex *Executor) releaseLease(id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ex.ctx), ex.cfg.LeaseTTL)
+	defer cancel()
+	if err := ex.leases.ReleaseLease(ctx, id, ex.cfg.Owner); err != nil {
+		ex.log.LogAttrs(ctx, slog.LevelWarn, "dag: release lease; it will expire",
+			slog.String("execution_id", id), slog.Any("error", err))
+	}
+}
+
+// ResumeAbandoned resumes, as Resume does, every execution the Store
+// holds running with no live lease: left by a process that crashed (or
+// lost the Store for longer than its lease TTL) before ending it. It
+// returns the executions it resumed; one another Executor takes first
+// (ErrLeased) or that runs in this one (ErrExists) is skipped, and the
+// errors of the others are joined and returned with what was resumed.
+// Each resumed execution gets opts (its OnEvent sees the events of all of
+// them, told apart by Event.Execution). The Store must be a LeaseStore
+// given in Config: ErrInvalid otherwise. A service calls it at start-up
+// and then every LeaseTTL or so, to take over the executions of a process
+// that died.
+func (ex *Executor) ResumeAbandoned(ctx context.Context, opts *RunOpts) ([]*Execution, error) {
+	if ex.leases == nil {
+		return nil, fmt.Errorf("%w: ResumeAbandoned needs a Config.Store that is a LeaseStore", ErrInvalid)
+	}
+	if _, err := runOpts(opts); err != nil {
+		return nil, err
+	}
+	ids, err := ex.leases.Abandoned(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dag: list abandoned executions: %w", err)
+	}
+	var xs []*Execution
+	var errs []error
+	for _, id := range ids {
+		x, err := ex.reserveAndResume(ctx, id, opts, true)
+		switch {
+		case err == nil:
+			xs = append(xs, x)
+		case errors.Is(err, ErrLeased), errors.Is(err, ErrExists), errors.Is(err, ErrNotFound), errors.Is(err, errNotAbandoned):
+			// Taken by another Executor, running here, deleted or ended
+			// since.
+		case errors.Is(err, ErrClosed), ctx.Err() != nil:
+			return xs, errors.Join(append(errs, err)...)
+		default:
+			errs = append(errs, fmt.Errorf("dag: resume %q: %w", id, err))
+		}
+	}
+	return xs, errors.Join(errs...)
+}
+
 
 // runOpts copies and checks opts.
 func runOpts(opts *RunOpts) (RunOpts, error) {
@@ -429,6 +551,15 @@ type Execution struct {
 	// cpErr is the first checkpoint that could not be written
 	// (ErrCheckpoint); it fails the execution.
 	cpErr error
+	// leased: the execution holds its lease in the LeaseStore (set
+	// before launch). lost is why another owner has it now: the
+	// execution stops and writes nothing more.
+	leased bool
+	lost   error
+	// stopRenew stops the lease renewer; renewDone is closed when it
+	// returned.
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
 
 	// Written by the loop under mu; read by the other methods under mu.
 	mu      sync.Mutex
@@ -449,6 +580,7 @@ const (
 	abortFailFast
 	abortCancel
 	abortCheckpoint // a checkpoint could not be written
+	abortLeaseLost  // another owner took the lease
 )
 
 // nodeRT is the scheduler's state of one node.
@@ -566,14 +698,66 @@ func infoFromRecord(n *pnode, rec *NodeRecord, out map[string]any) NodeInfo {
 	return info
 }
 
-// launch starts the execution's loop and its checkpoint writer.
+// launch starts the execution's loop, its checkpoint writer and, when it
+// holds a lease, the lease renewer.
 func (x *Execution) launch() {
 	x.ctx, x.cancel = context.WithCancelCause(x.ex.ctx)
-	x.cp = newCheckpointer(x.storeCtx(), x.ex.cfg.Store, x.id, func(err error) {
+	owner := ""
+	if x.leased {
+		owner = x.ex.cfg.Owner
+	}
+	x.cp = newCheckpointer(x.storeCtx(), x.ex.cfg.Store, x.id, owner, func(err error) {
 		x.mbox.post(msg{kind: msgCheckpoint, node: -1, err: err})
 	})
 	x.ex.wg.Go(x.cp.run)
+	if x.leased {
+		var ctx context.Context
+		ctx, x.stopRenew = context.WithCancel(x.storeCtx())
+		x.renewDone = make(chan struct{})
+		x.ex.wg.Go(func() { x.renewLease(ctx) })
+	}
 	x.ex.wg.Go(x.loop)
+}
+
+// renewLease extends the execution's lease every third of its TTL until
+// ctx ends (stopRenew, once the execution wrote its end). When another
+// owner has taken the lease, it tells the loop and returns. Other errors
+// (the Store unreachable) are logged and the renewal goes on: meanwhile
+// the lease may expire and be taken, which the next renewal or write
+// finds out.
+func (x *Execution) renewLease(ctx context.Context) {
+	defer close(x.renewDone)
+	lease := x.ex.lease()
+	every := lease.TTL / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, every)
+		err := x.ex.leases.AcquireLease(cctx, x.id, lease)
+		cancel()
+		switch {
+		case errors.Is(err, ErrLeased), errors.Is(err, ErrNotFound):
+			x.mbox.post(msg{kind: msgLeaseLost, node: -1, err: err})
+			return
+		case err != nil && ctx.Err() == nil:
+			x.log.LogAttrs(ctx, slog.LevelWarn, "dag: renew lease", slog.Any("error", err))
+		}
+		t.Reset(every)
+	}
+}
+
+// updateRecord writes the execution's record, under its lease when it
+// holds one.
+func (x *Execution) updateRecord(ctx context.Context, rec *ExecutionRecord) error {
+	if x.leased {
+		return x.ex.leases.UpdateExecutionLeased(ctx, rec, x.ex.cfg.Owner)
+	}
+	return x.ex.cfg.Store.UpdateExecution(ctx, rec)
 }
 
 // ID returns the execution's ID (the key of its checkpoint).
@@ -693,6 +877,7 @@ const (
 	msgProgress
 	msgResult
 	msgCheckpoint // a checkpoint write failed (err); node is -1
+	msgLeaseLost  // another owner took the lease (err); node is -1
 )
 
 // msg is a report or a WORKFLOW node's outcome, for the loop.
@@ -818,6 +1003,8 @@ func (x *Execution) end() {
 	x.wf.close()
 	status, err := StatusCompleted, error(nil)
 	switch {
+	case x.lost != nil:
+		status, err = StatusCancelled, errors.Join(append([]error{fmt.Errorf("%w: execution %q: %w", errLeaseLost, x.id, x.lost)}, x.failures...)...)
 	case x.abort == abortCancel:
 		status, err = StatusCancelled, errors.Join(append([]error{x.abortErr}, x.failures...)...)
 	case len(x.failures) > 0 && x.policy == FailFast:
@@ -827,16 +1014,39 @@ func (x *Execution) end() {
 	}
 	// The node records first, then the execution's: a Store that says
 	// the execution ended holds its nodes' last states.
-	if cerr := x.cp.close(); cerr != nil && x.cpErr == nil {
+	switch cerr := x.cp.close(); {
+	case errors.Is(cerr, ErrLeaseLost):
+		if x.lost == nil {
+			// Found out by the last write, after the loop's last message.
+			x.lost = cerr
+			status, err = StatusCancelled, errors.Join(fmt.Errorf("%w: execution %q: %w", errLeaseLost, x.id, cerr), err)
+		}
+	case cerr != nil && x.cpErr == nil:
 		x.cpErr = cerr
 	}
-	if x.cpErr != nil {
+	if x.cpErr != nil && x.lost == nil {
 		status, err = StatusFailed, errors.Join(x.cpErr, err)
 	}
-	x.rec.Status, x.rec.Updated = status, time.Now()
-	rec := x.rec
-	if serr := x.ex.cfg.Store.UpdateExecution(x.storeCtx(), &rec); serr != nil {
-		status, err = StatusFailed, errors.Join(err, fmt.Errorf("%w: execution %q (status %s): %w", ErrCheckpoint, x.id, rec.Status, serr))
+	if x.lost == nil {
+		x.rec.Status, x.rec.Updated = status, time.Now()
+		rec := x.rec
+		serr := x.updateRecord(x.storeCtx(), &rec)
+		switch {
+		case errors.Is(serr, ErrLeaseLost):
+			x.lost = serr
+			status, err = StatusCancelled, errors.Join(fmt.Errorf("%w: execution %q: %w", errLeaseLost, x.id, serr), err)
+		case serr != nil:
+			status, err = StatusFailed, errors.Join(err, fmt.Errorf("%w: execution %q (status %s): %w", ErrCheckpoint, x.id, rec.Status, serr))
+		}
+	}
+	if x.leased {
+		// The end is written (or the lease is someone else's): stop
+		// renewing, then give the lease back if it is still ours.
+		x.stopRenew()
+		<-x.renewDone
+		if x.lost == nil {
+			x.ex.releaseLease(x.id)
+		}
 	}
 	x.mu.Lock()
 	x.status, x.err = status, err
@@ -1173,7 +1383,11 @@ func rank(s NodeState) int {
 
 // handle applies one message.
 func (x *Execution) handle(m msg) {
-	if m.kind == msgCheckpoint {
+	switch {
+	case m.kind == msgLeaseLost, m.kind == msgCheckpoint && errors.Is(m.err, ErrLeaseLost):
+		x.leaseLost(m.err)
+		return
+	case m.kind == msgCheckpoint:
 		x.checkpointFailed(m.err)
 		return
 	}
@@ -1305,7 +1519,7 @@ func (x *Execution) fail(i int, err error) {
 // onCancel aborts the execution after its context ended.
 func (x *Execution) onCancel() {
 	cause := context.Cause(x.ctx)
-	if errors.Is(cause, errFailFast) || errors.Is(cause, errCheckpointFailed) {
+	if errors.Is(cause, errFailFast) || errors.Is(cause, errCheckpointFailed) || errors.Is(cause, errLeaseLost) {
 		return // our own doing; abort already set
 	}
 	x.startAbort(abortCancel, cause)
@@ -1319,6 +1533,8 @@ func (x *Execution) startAbort(k abortKind, why error) {
 		x.cancel(errFailFast)
 	case abortCheckpoint:
 		x.cancel(errCheckpointFailed)
+	case abortLeaseLost:
+		x.cancel(errLeaseLost)
 	}
 	x.waitWF = nil
 	for _, i := range x.p.order {
@@ -1391,6 +1607,23 @@ func (x *Execution) checkpointFailed(err error) {
 	x.cpErr = err
 	if x.abort == abortNone {
 		x.startAbort(abortCheckpoint, errCheckpointFailed)
+	}
+}
+
+// leaseLost stops the execution after another owner took its lease: its
+// running nodes stop waiting for their jobs, which go on for the new
+// owner (errLeaseLost: they are not cancelled), the others are marked
+// cancelled here, and nothing more is written to the Store (the
+// checkpointer drops what is left; end writes no record).
+func (x *Execution) leaseLost(err error) {
+	if x.lost != nil {
+		return
+	}
+	x.lost = err
+	x.cp.drop()
+	x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: lease lost to another owner; the execution stops here", slog.Any("error", err))
+	if x.abort == abortNone {
+		x.startAbort(abortLeaseLost, fmt.Errorf("%w: execution %q: %w", errLeaseLost, x.id, err))
 	}
 }
 

@@ -96,3 +96,59 @@ type NodeRecord struct {
 	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"`
 }
+
+// LeaseStore is a Store that leases executions to owners, so that
+// Executors in several processes sharing it run each execution in one
+// place at a time, and one of them can take over what a crashed process
+// left running (Executor.ResumeAbandoned).
+//
+// A lease belongs to an owner (Config.Owner: one per Executor) until an
+// expiry the Store computes from the TTL with its own clock (a database's
+// clock, say, so that processes with skewed clocks agree). Its holder
+// renews it while the execution runs and releases it at the end. Once it
+// expired, another owner may take it; from then on the writes of the
+// former holder fail with ErrLeaseLost, so that it never writes over the
+// new holder's records (the holder's writes go through the …Leased
+// methods, which check the lease and write in one atomic step). A holder
+// whose lease expired but was not taken may still write, and renew.
+//
+// MemoryStore is a LeaseStore (for Executors sharing it in one process,
+// and for tests); package dag/storetest checks an implementation with
+// RunLeaseTests. A FileStore is not: it takes no lock across processes.
+type LeaseStore interface {
+	Store
+	// CreateExecutionLeased is CreateExecution that also gives the new
+	// execution's lease to lease.Owner, in one step.
+	CreateExecutionLeased(ctx context.Context, rec *ExecutionRecord, lease Lease) error
+	// AcquireLease gives the lease of execution id to lease.Owner until
+	// lease.TTL from now: it takes a lease that is free or expired and
+	// extends one lease.Owner holds. ErrLeased when another owner holds a
+	// lease that has not expired; ErrNotFound when there is no execution.
+	AcquireLease(ctx context.Context, id string, lease Lease) error
+	// ReleaseLease frees the lease of execution id if owner holds it
+	// (expired or not); otherwise, or when there is no execution, it does
+	// nothing and returns nil.
+	ReleaseLease(ctx context.Context, id, owner string) error
+	// UpdateExecutionLeased is UpdateExecution done only while owner
+	// holds the execution's lease (expired or not, but not taken by
+	// another owner nor released): ErrLeaseLost otherwise, ErrNotFound
+	// when there is no execution.
+	UpdateExecutionLeased(ctx context.Context, rec *ExecutionRecord, owner string) error
+	// SaveNodesLeased is BatchStore.SaveNodes done only while owner holds
+	// the execution's lease, in one atomic step with the check: all the
+	// records are saved or, with ErrLeaseLost (or ErrNotFound), none.
+	SaveNodesLeased(ctx context.Context, id, owner string, recs []*NodeRecord) error
+	// Abandoned returns the IDs of the executions whose status is
+	// StatusRunning and whose lease is free or expired — left by a
+	// process that stopped without ending them — oldest (by
+	// ExecutionRecord.Created) first.
+	Abandoned(ctx context.Context) ([]string, error)
+}
+
+// Lease is an owner's claim on an execution in a LeaseStore.
+type Lease struct {
+	// Owner identifies the holder (Config.Owner). Required.
+	Owner string
+	// TTL is how long the lease lasts from the call; it must be positive.
+	TTL time.Duration
+}

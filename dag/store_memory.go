@@ -2,11 +2,15 @@ package dag
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 )
 
 // errStoreEmptyID is returned by the stores for an execution record with no ID
@@ -29,14 +33,22 @@ type MemoryStore struct {
 	mu    sync.RWMutex
 	execs map[string]*memStoreExecution
 	memo  map[string]json.RawMessage
+	// now is the clock of the leases; nil means time.Now. Tests set it.
+	now func() time.Time
 }
 
 type memStoreExecution struct {
 	rec   ExecutionRecord
 	nodes map[string]*NodeRecord
+	// The lease: its owner ("" when free) and expiry.
+	owner string
+	until time.Time
 }
 
-var _ BatchStore = (*MemoryStore)(nil)
+var (
+	_ BatchStore = (*MemoryStore)(nil)
+	_ LeaseStore = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
@@ -97,6 +109,11 @@ func (s *MemoryStore) SaveNode(ctx context.Context, id string, rec *NodeRecord) 
 // recs of execution id, all at once; ErrNotFound if the execution has no
 // record.
 func (s *MemoryStore) SaveNodes(ctx context.Context, id string, recs []*NodeRecord) error {
+	return s.saveNodes(ctx, id, "", recs)
+}
+
+// saveNodes is SaveNodes, or SaveNodesLeased when owner is set.
+func (s *MemoryStore) saveNodes(ctx context.Context, id, owner string, recs []*NodeRecord) error {
 	cs := make([]*NodeRecord, len(recs))
 	for k, rec := range recs {
 		if err := storeCheckNode(ctx, id, rec); err != nil {
@@ -113,10 +130,133 @@ func (s *MemoryStore) SaveNodes(ctx context.Context, id string, recs []*NodeReco
 	if !ok {
 		return storeNotFound(id)
 	}
+	if owner != "" && e.owner != owner {
+		return storeLeaseLost(id, owner)
+	}
 	for _, c := range cs {
 		e.nodes[c.Node] = c
 	}
 	return nil
+}
+
+// CreateExecutionLeased records a copy of rec, its lease held by
+// lease.Owner; ErrExists if rec.ID is taken.
+func (s *MemoryStore) CreateExecutionLeased(ctx context.Context, rec *ExecutionRecord, lease Lease) error {
+	if err := storeCheckExecution(ctx, rec); err != nil {
+		return err
+	}
+	if err := storeCheckLease(lease); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.execs[rec.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrExists, rec.ID)
+	}
+	s.execs[rec.ID] = &memStoreExecution{
+		rec: storeCloneExecution(rec), nodes: make(map[string]*NodeRecord),
+		owner: lease.Owner, until: s.clock().Add(lease.TTL),
+	}
+	return nil
+}
+
+// AcquireLease gives the execution's lease to lease.Owner until lease.TTL
+// from now, unless another owner holds it unexpired (ErrLeased).
+func (s *MemoryStore) AcquireLease(ctx context.Context, id string, lease Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := storeCheckLease(lease); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[id]
+	if !ok {
+		return storeNotFound(id)
+	}
+	now := s.clock()
+	if e.owner != "" && e.owner != lease.Owner && now.Before(e.until) {
+		return fmt.Errorf("%w: execution %q until %s", ErrLeased, id, e.until.Format(time.RFC3339Nano))
+	}
+	e.owner, e.until = lease.Owner, now.Add(lease.TTL)
+	return nil
+}
+
+// ReleaseLease frees the execution's lease if owner holds it.
+func (s *MemoryStore) ReleaseLease(ctx context.Context, id, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.execs[id]; ok && owner != "" && e.owner == owner {
+		e.owner, e.until = "", time.Time{}
+	}
+	return nil
+}
+
+// UpdateExecutionLeased is UpdateExecution while owner holds the
+// execution's lease; ErrLeaseLost otherwise.
+func (s *MemoryStore) UpdateExecutionLeased(ctx context.Context, rec *ExecutionRecord, owner string) error {
+	if err := storeCheckExecution(ctx, rec); err != nil {
+		return err
+	}
+	if owner == "" {
+		return errStoreNoOwner
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[rec.ID]
+	if !ok {
+		return storeNotFound(rec.ID)
+	}
+	if e.owner != owner {
+		return storeLeaseLost(rec.ID, owner)
+	}
+	e.rec = storeCloneExecution(rec)
+	return nil
+}
+
+// SaveNodesLeased is SaveNodes while owner holds the execution's lease;
+// ErrLeaseLost (and nothing saved) otherwise.
+func (s *MemoryStore) SaveNodesLeased(ctx context.Context, id, owner string, recs []*NodeRecord) error {
+	if owner == "" {
+		return errStoreNoOwner
+	}
+	return s.saveNodes(ctx, id, owner, recs)
+}
+
+// Abandoned returns the running executions whose lease is free or
+// expired, oldest first.
+func (s *MemoryStore) Abandoned(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	now := s.clock()
+	var found []*memStoreExecution
+	for _, e := range s.execs {
+		if e.rec.Status == StatusRunning && (e.owner == "" || !now.Before(e.until)) {
+			found = append(found, e)
+		}
+	}
+	slices.SortFunc(found, func(a, b *memStoreExecution) int {
+		return cmp.Or(a.rec.Created.Compare(b.rec.Created), strings.Compare(a.rec.ID, b.rec.ID))
+	})
+	ids := make([]string, len(found))
+	for k, e := range found {
+		ids[k] = e.rec.ID
+	}
+	return ids, nil
+}
+
+func (s *MemoryStore) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // Load returns a copy of the execution's record and of its nodes'
@@ -184,6 +324,25 @@ func (s *MemoryStore) SaveMemo(ctx context.Context, key string, value json.RawMe
 // storeNotFound is ErrNotFound for execution id.
 func storeNotFound(id string) error {
 	return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+}
+
+// errStoreNoOwner is returned for a lease without an owner.
+var errStoreNoOwner = errors.New("dag: lease without an owner")
+
+// storeLeaseLost is ErrLeaseLost for execution id and owner.
+func storeLeaseLost(id, owner string) error {
+	return fmt.Errorf("%w: execution %q is not leased by %q", ErrLeaseLost, id, owner)
+}
+
+// storeCheckLease rejects a lease without an owner or a positive TTL.
+func storeCheckLease(l Lease) error {
+	if l.Owner == "" {
+		return errStoreNoOwner
+	}
+	if l.TTL <= 0 {
+		return fmt.Errorf("dag: lease TTL %v is not positive", l.TTL)
+	}
+	return nil
 }
 
 // storeCheckExecution is the argument check both stores make before

@@ -83,7 +83,24 @@ type Config struct {
 	// 100,000 closure steps). Zero means DefaultConditionMemory; it
 	// cannot be negative.
 	ConditionMemory int64
+	// Owner names this Executor in the leases of a Store that is a
+	// LeaseStore: Start and Resume take the execution's lease for Owner,
+	// renew it while the execution runs and release it at its end, so
+	// that Executors sharing the Store (in other processes, say) run each
+	// execution in one place at a time. Executors running at the same
+	// time must not share an Owner; a process restarting may reuse its
+	// own. Defaults to a random UUID. Unused with another Store.
+	Owner string
+	// LeaseTTL is how long an execution's lease lasts without being
+	// renewed: the time after which, once this process has died, another
+	// Executor may resume its executions (ResumeAbandoned). The lease is
+	// renewed every third of it. Defaults to DefaultLeaseTTL; it cannot be
+	// negative.
+	LeaseTTL time.Duration
 }
+
+// DefaultLeaseTTL is the default of Config.LeaseTTL.
+const DefaultLeaseTTL = 30 * time.Second
 
 // DefaultParallelism is the default of Config.Parallelism.
 const DefaultParallelism = 16

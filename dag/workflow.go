@@ -359,7 +359,10 @@ func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig
 		// The node was cancelled: interrupt the job on its backend. A
 		// panic of the Runner meanwhile is kept in the error.
 		werr := err
-		cerr := w.cancelJob(ctx, node, o.jobID)
+		var cerr error
+		if !errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			cerr = w.cancelJob(ctx, node, o.jobID)
+		} // else the job goes on for the execution's new owner
 		started := w.unregister(o.jobID, "")
 		o.backend = cmp.Or(lastBackend(werr), started, pinned)
 		err = fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
