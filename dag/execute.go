@@ -468,7 +468,6 @@ func (ex *Executor) ResumeAbandoned(ctx context.Context, opts *RunOpts) ([]*Exec
 	return xs, errors.Join(errs...)
 }
 
-
 // runOpts copies and checks opts.
 func runOpts(opts *RunOpts) (RunOpts, error) {
 	var o RunOpts

@@ -27,6 +27,16 @@ func TestMemoryStoreConformance(t *testing.T) {
 	storetest.RunStoreTests(t, func(t *testing.T) dag.Store { return dag.NewMemoryStore() })
 }
 
+func TestMemoryStoreLeases(t *testing.T) {
+	t.Parallel()
+	storetest.RunLeaseTests(t, func(t *testing.T) storetest.LeaseFixture {
+		s := dag.NewMemoryStore()
+		clock := storetest.NewClock(time.Date(2026, 11, 24, 1, 2, 3, 4, time.UTC))
+		s.SetClock(clock.Now)
+		return storetest.LeaseFixture{Store: s, Advance: clock.Advance}
+	})
+}
+
 func TestFileStoreConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunStoreTests(t, func(t *testing.T) dag.Store {
