@@ -125,11 +125,23 @@
 // (pool.EnqueueOpts.IdempotencyKey): a node that was waiting for its job
 // when the process stopped asks for the same job again, and the pool,
 // which remembers keys for a while, reattaches it to that job instead of
-// running it twice. Resume an execution in one process at a time: the
-// Store does not lock it, and two processes resuming it from a shared
-// Store would both run it.
+// running it twice.
 //
-// [MemoryStore] (the default) keeps checkpoints in memory; [FileStore]
+// A Store that is also a [LeaseStore] (PostgreSQL's, in module
+// queue/pgqueue) lets several processes share it: each execution is
+// leased to the Executor running it ([Config].Owner), which renews the
+// lease while it runs ([Config].LeaseTTL) and releases it at the end, so
+// that Resume elsewhere fails with [ErrLeased]. When a process dies, its
+// leases expire and [Executor.ResumeAbandoned], which a service calls at
+// start-up and then every LeaseTTL or so, takes over its executions.
+// Writes check the lease in the Store: a process that stalled and lost
+// its lease stops ([ErrLeaseLost]) without writing over the new owner's
+// records or cancelling its jobs. With another Store, resume an
+// execution in one process at a time: nothing stops two processes from
+// both running it.
+//
+// [MemoryStore] (the default; a LeaseStore for Executors sharing one in a
+// process) keeps checkpoints in memory; [FileStore]
 // ([NewFileStore]) writes them as files, crash-safely, so that executions
 // survive a restart of the process. Another Store (a database, say)
 // implements the same small interface and checks itself with the

@@ -16,7 +16,8 @@ import (
 // execution record were written; a write that fails fails the execution
 // (ErrCheckpoint). An implementation must be safe for concurrent use; a
 // write that returned nil must survive a crash of the process. MemoryStore and FileStore ship;
-// a database-backed Store implements the same six methods.
+// a database-backed Store implements the same seven methods, and
+// LeaseStore to be shared by several processes.
 //
 // Values inside records (inputs, outputs) are opaque JSON encoded by the
 // Executor: a Store keeps them as given.

@@ -27,6 +27,10 @@ var errStoreEmptyID = errors.New("dag: empty id")
 // fields that are not valid JSON (a nil or empty one means none), an
 // empty execution or node ID, and calls whose ctx is already done.
 //
+// It is a LeaseStore, by the process's clock, so that Executors sharing
+// one run each execution in one place (an Executor's own default
+// MemoryStore, which nobody else sees, is not leased).
+//
 // A MemoryStore is safe for concurrent use by multiple goroutines. The
 // zero value is not usable: call NewMemoryStore.
 type MemoryStore struct {

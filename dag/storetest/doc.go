@@ -20,6 +20,16 @@
 // trip (times compared with time.Time.Equal, JSON semantically, so a
 // store may re-encode both).
 //
+// A [dag.LeaseStore] also runs [RunLeaseTests], giving the suite a fake
+// clock for its leases ([Clock]):
+//
+//	func TestStoreLeases(t *testing.T) {
+//		storetest.RunLeaseTests(t, func(t *testing.T) storetest.LeaseFixture {
+//			clock := storetest.NewClock(time.Now())
+//			return storetest.LeaseFixture{Store: mystore.New(clock.Now), Advance: clock.Advance}
+//		})
+//	}
+//
 // It uses only the standard library, so that importing it pulls nothing
 // into a store's module.
 package storetest

@@ -157,7 +157,7 @@ func (s *DAGStore) UpdateExecution(ctx context.Context, rec *dag.ExecutionRecord
 // execution's lease; dag.ErrLeaseLost otherwise.
 func (s *DAGStore) UpdateExecutionLeased(ctx context.Context, rec *dag.ExecutionRecord, owner string) error {
 	if owner == "" {
-		return dagErrNoOwner
+		return errDAGNoOwner
 	}
 	return s.update(ctx, rec, owner)
 }
@@ -215,14 +215,14 @@ func (s *DAGStore) SaveNodes(ctx context.Context, id string, recs []*dag.NodeRec
 // dag.ErrLeaseLost, and nothing saved, otherwise.
 func (s *DAGStore) SaveNodesLeased(ctx context.Context, id, owner string, recs []*dag.NodeRecord) error {
 	if owner == "" {
-		return dagErrNoOwner
+		return errDAGNoOwner
 	}
 	return s.saveNodes(ctx, id, owner, recs)
 }
 
 func (s *DAGStore) saveNodes(ctx context.Context, id string, owner any, recs []*dag.NodeRecord) error {
 	if id == "" {
-		return dagErrEmptyID
+		return errDAGEmptyID
 	}
 	// The latest record of each node, in first-given order: one
 	// INSERT … ON CONFLICT cannot touch a row twice.
@@ -233,7 +233,7 @@ func (s *DAGStore) saveNodes(ctx context.Context, id string, owner any, recs []*
 			return errors.New("pgqueue: nil node record")
 		}
 		if rec.Node == "" {
-			return fmt.Errorf("%w: node record without a node id in execution %q", dagErrEmptyID, id)
+			return fmt.Errorf("%w: node record without a node id in execution %q", errDAGEmptyID, id)
 		}
 		if len(rec.Outputs) > 0 && !json.Valid(rec.Outputs) {
 			return fmt.Errorf("pgqueue: outputs of node %q of execution %q: not valid JSON", rec.Node, id)
@@ -418,8 +418,8 @@ func (s *DAGStore) Abandoned(ctx context.Context) ([]string, error) {
 }
 
 var (
-	dagErrEmptyID = errors.New("pgqueue: empty id")
-	dagErrNoOwner = errors.New("pgqueue: lease without an owner")
+	errDAGEmptyID = errors.New("pgqueue: empty id")
+	errDAGNoOwner = errors.New("pgqueue: lease without an owner")
 )
 
 func dagNotFound(id string) error { return fmt.Errorf("%w: execution %q", dag.ErrNotFound, id) }
@@ -430,7 +430,7 @@ func dagLeaseLost(id, owner string) error {
 
 func dagCheckLease(l dag.Lease) error {
 	if l.Owner == "" {
-		return dagErrNoOwner
+		return errDAGNoOwner
 	}
 	if l.TTL <= 0 {
 		return fmt.Errorf("pgqueue: lease TTL %v is not positive", l.TTL)
@@ -443,7 +443,7 @@ func dagCheckExecution(rec *dag.ExecutionRecord) error {
 	case rec == nil:
 		return errors.New("pgqueue: nil execution record")
 	case rec.ID == "":
-		return fmt.Errorf("%w: execution record without an id", dagErrEmptyID)
+		return fmt.Errorf("%w: execution record without an id", errDAGEmptyID)
 	case len(rec.Graph) > 0 && !json.Valid(rec.Graph):
 		return fmt.Errorf("pgqueue: graph of execution %q: not valid JSON", rec.ID)
 	case len(rec.Inputs) > 0 && !json.Valid(rec.Inputs):
