@@ -1,0 +1,82 @@
+package dag_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/dag"
+	"github.com/comfypool/comfypool/pool"
+)
+
+// A process that starts takes over the executions another left running
+// in the shared Store when it died. Here the Store is a MemoryStore and
+// the dead process's checkpoint is written by hand: the execution is
+// running, its lease (for "host-1") expired, and its "generate" node
+// queued when the process died. ResumeAbandoned takes the lease for
+// "host-2" and runs what was left.
+func ExampleExecutor_ResumeAbandoned() {
+	srv := comfytest.NewServer(nil)
+	defer srv.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	p, err := pool.New(&pool.Config{
+		Backends: []pool.BackendConfig{{Name: "gpu-1", URL: srv.URL, Client: &comfy.ClientOptions{Logger: quiet}}},
+		Logger:   quiet,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer p.Stop(ctx)
+
+	// What the dead process left in the Store.
+	store := dag.NewMemoryStore()
+	wf, _ := comfy.ParseWorkflow(comfytest.WorkflowOK)
+	graph, _ := json.Marshal(&dag.Graph{
+		Nodes: []dag.Node{
+			{ID: "in", Config: &dag.InputConfig{Fields: []dag.Field{{Name: "width", Type: dag.TypeInt}}}},
+			{ID: "generate", Config: &dag.WorkflowConfig{
+				Workflow: wf,
+				Params:   []dag.Param{{Name: "width", Type: dag.TypeInt, Node: "1", Input: "width"}},
+			}},
+			{ID: "out", Config: &dag.OutputConfig{}},
+		},
+		Edges: []dag.Edge{dag.Connect("in.width", "generate.width"), dag.Connect("generate.image", "out.image")},
+	})
+	started := time.Now().Add(-time.Hour)
+	_ = store.CreateExecutionLeased(ctx, &dag.ExecutionRecord{
+		ID: "render-42", Status: dag.StatusRunning, Graph: graph, Inputs: json.RawMessage(`{"width":{"int":64}}`),
+		Created: started, Updated: started,
+	}, dag.Lease{Owner: "host-1", TTL: time.Nanosecond}) // expired at once: host-1 is gone
+	_ = store.SaveNode(ctx, "render-42", &dag.NodeRecord{Node: "in", State: dag.NodeCompleted})
+	_ = store.SaveNode(ctx, "render-42", &dag.NodeRecord{Node: "generate", State: dag.NodeQueued})
+
+	// The process that starts.
+	ex, err := dag.New(&dag.Config{Runner: p, Store: store, Owner: "host-2", Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	defer ex.Close(ctx)
+	resumed, err := ex.ResumeAbandoned(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, x := range resumed {
+		res, err := x.Wait(ctx)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(x.ID(), res.Status, res.Outputs["image"].(dag.File).Name)
+	}
+	fmt.Println("prompts run:", len(srv.Prompts()))
+	// Output:
+	// render-42 completed comfytest_00001_.png
+	// prompts run: 1
+}
