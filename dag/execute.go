@@ -456,7 +456,7 @@ func (ex *Executor) ResumeAbandoned(ctx context.Context, opts *RunOpts) ([]*Exec
 		switch {
 		case err == nil:
 			xs = append(xs, x)
-		case errors.Is(err, ErrLeased), errors.Is(err, ErrExists), errors.Is(err, ErrNotFound), errors.Is(err, errNotAbandoned):
+		case errors.Is(err, ErrLeased), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrExists), errors.Is(err, ErrNotFound), errors.Is(err, errNotAbandoned):
 			// Taken by another Executor, running here, deleted or ended
 			// since.
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:

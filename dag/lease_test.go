@@ -283,3 +283,34 @@ func TestResumeLeaseErrors(t *testing.T) {
 	_, err = plain.ResumeAbandoned(ctx, nil)
 	require.ErrorIs(t, err, ErrInvalid, "the default store is private")
 }
+
+// staleListStore is a MemoryStore whose Abandoned returns a list taken
+// earlier, as when an execution ended between the listing and the lease.
+type staleListStore struct {
+	*MemoryStore
+	ids []string
+}
+
+func (s *staleListStore) Abandoned(context.Context) ([]string, error) { return s.ids, nil }
+
+// An execution listed as abandoned that ended before ResumeAbandoned got
+// its lease is left as it is: a failed one is not run again.
+func TestResumeAbandonedSkipsWhatEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	store := &staleListStore{MemoryStore: NewMemoryStore()}
+	r := newFakeRunner(false)
+	ex := leaseExecutor(t, store, r, "me")
+	g := exWideGraph(exWF("A", "a"), exFailing("B", "a"))
+	_, err := ex.Run(t.Context(), g, map[string]any{"s": "x"}, &RunOpts{ID: "failed", OnFailure: Continue})
+	require.Error(t, err)
+	jobs := len(r.Enqueued())
+	store.ids = []string{"failed"}
+	xs, err := ex.ResumeAbandoned(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Empty(t, xs)
+	assert.Len(t, r.Enqueued(), jobs, "nothing ran again")
+	require.NoError(t, store.AcquireLease(t.Context(), "failed", Lease{Owner: "other", TTL: time.Hour}), "the lease was given back")
+	cp, err := store.Load(t.Context(), "failed")
+	require.NoError(t, err)
+	assert.Equal(t, StatusFailed, cp.Execution.Status)
+}
