@@ -226,7 +226,8 @@ func (x *Execution) waitOrCancel(ctx context.Context) (*Result, error) {
 // background: ctx bounds only Start itself. Use the returned Execution to
 // wait for, follow or cancel it. The execution runs a copy of g (see
 // Graph.Clone): the caller may change or reuse g as soon as Start
-// returned. After Close, Start returns ErrClosed.
+// returned. After Close, Start returns ErrClosed. With a LeaseStore, the
+// execution is recorded with its lease held by Config.Owner (see Resume).
 func (ex *Executor) Start(ctx context.Context, g *Graph, inputs map[string]any, opts *RunOpts) (*Execution, error) {
 	o, err := runOpts(opts)
 	if err != nil {
