@@ -136,7 +136,7 @@ func chain() *dag.Graph {
 // DAGStore on the shared schema and an Executor named owner.
 func process(t *testing.T, schema, owner string, r dag.Runner, ttl time.Duration, now func() time.Time) (*dag.Executor, *pgqueue.DAGStore) {
 	t.Helper()
-	db := pgtest.Pool(t, 3)
+	db := pgtest.Pool(t, 2)
 	s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema, Test: pgqueue.DAGStoreTestConfig{Now: now}})
 	if err != nil {
 		t.Fatal(err)

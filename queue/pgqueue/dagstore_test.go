@@ -2,6 +2,7 @@ package pgqueue_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,3 +91,36 @@ func TestNewDAGStoreNeedsAPool(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// BenchmarkDAGStoreSaveNodes measures a checkpoint write of the Executor:
+// a group of node records under the execution's lease, one statement.
+func BenchmarkDAGStoreSaveNodes(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprint("records=", n), func(b *testing.B) {
+			db := pgtest.Pool(b, 2)
+			schema := pgtest.Schema(b, db)
+			if err := pgqueue.Migrate(b.Context(), db, schema); err != nil {
+				b.Fatal(err)
+			}
+			s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rec := &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Graph: []byte(`{}`), Created: time.Now(), Updated: time.Now()}
+			if err := s.CreateExecutionLeased(b.Context(), rec, dag.Lease{Owner: "me", TTL: time.Hour}); err != nil {
+				b.Fatal(err)
+			}
+			recs := make([]*dag.NodeRecord, n)
+			for k := range recs {
+				recs[k] = &dag.NodeRecord{Node: fmt.Sprint("n", k), State: dag.NodeCompleted, Runs: 1,
+					Outputs: []byte(`{"text":"some output"}`), Started: time.Now(), Ended: time.Now()}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := s.SaveNodesLeased(b.Context(), "e", "me", recs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
