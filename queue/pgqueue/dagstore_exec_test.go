@@ -19,38 +19,38 @@ import (
 	"github.com/comfypool/comfypool/queue/pgqueue/internal/pgtest"
 )
 
-// sharedRunner is a dag.Runner standing for the job queue that every
+// dagRunner is a dag.Runner standing for the job queue that every
 // process shares: an idempotency key already used returns its job (as
 // pool.EnqueueOpts.IdempotencyKey does across processes on pgqueue), so
 // that an execution resumed elsewhere reattaches to its running job. A
 // job outputs "<tag>(<a>)" on port text; the jobs of the nodes in hold
 // wait until release.
-type sharedRunner struct {
+type dagRunner struct {
 	hold    map[string]bool
 	started chan string // the node of each new job
 
 	mu      sync.Mutex
 	seq     int
-	jobs    map[string]*sharedJob
+	jobs    map[string]*dagJob
 	keys    map[string]string
 	nodes   []string // the node of each new job, in order
 	cancels []string
 }
 
-type sharedJob struct {
+type dagJob struct {
 	text string
 	end  chan struct{}
 }
 
-func newSharedRunner(hold ...string) *sharedRunner {
-	r := &sharedRunner{hold: map[string]bool{}, started: make(chan string, 16), jobs: map[string]*sharedJob{}, keys: map[string]string{}}
+func newDAGRunner(hold ...string) *dagRunner {
+	r := &dagRunner{hold: map[string]bool{}, started: make(chan string, 16), jobs: map[string]*dagJob{}, keys: map[string]string{}}
 	for _, n := range hold {
 		r.hold[n] = true
 	}
 	return r
 }
 
-func (r *sharedRunner) Enqueue(_ context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
+func (r *dagRunner) Enqueue(_ context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id, ok := r.keys[opts.IdempotencyKey]; ok {
@@ -60,7 +60,7 @@ func (r *sharedRunner) Enqueue(_ context.Context, wf comfy.Workflow, opts *pool.
 	id := fmt.Sprint("job-", r.seq)
 	node := opts.Metadata["dag_node"]
 	in := wf["1"].Inputs
-	j := &sharedJob{text: fmt.Sprintf("%v(%v)", in["tag"], in["a"]), end: make(chan struct{})}
+	j := &dagJob{text: fmt.Sprintf("%v(%v)", in["tag"], in["a"]), end: make(chan struct{})}
 	if !r.hold[node] {
 		close(j.end)
 	}
@@ -70,7 +70,7 @@ func (r *sharedRunner) Enqueue(_ context.Context, wf comfy.Workflow, opts *pool.
 	return id, nil
 }
 
-func (r *sharedRunner) Wait(ctx context.Context, id string) (*pool.Result, error) {
+func (r *dagRunner) Wait(ctx context.Context, id string) (*pool.Result, error) {
 	r.mu.Lock()
 	j := r.jobs[id]
 	r.mu.Unlock()
@@ -86,7 +86,7 @@ func (r *sharedRunner) Wait(ctx context.Context, id string) (*pool.Result, error
 	return &pool.Result{JobID: id, Backend: "gpu", Outputs: map[string]comfy.Output{"1": {"text": raw}}}, nil
 }
 
-func (r *sharedRunner) Cancel(_ context.Context, id string) error {
+func (r *dagRunner) Cancel(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cancels = append(r.cancels, id)
@@ -94,7 +94,7 @@ func (r *sharedRunner) Cancel(_ context.Context, id string) error {
 }
 
 // release ends the held jobs.
-func (r *sharedRunner) release() {
+func (r *dagRunner) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, j := range r.jobs {
@@ -106,15 +106,15 @@ func (r *sharedRunner) release() {
 	}
 }
 
-func (r *sharedRunner) record() (nodes, cancels []string) {
+func (r *dagRunner) record() (nodes, cancels []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.nodes), slices.Clone(r.cancels)
 }
 
-// chain is in.s -> A -> B -> C -> out.result, every WORKFLOW node a
-// sharedRunner job.
-func chain() *dag.Graph {
+// dagChain is in.s -> A -> B -> C -> out.result, every WORKFLOW node a
+// dagRunner job.
+func dagChain() *dag.Graph {
 	wf := func(id string) dag.Node {
 		return dag.Node{ID: id, Config: &dag.WorkflowConfig{
 			Workflow: comfy.Workflow{"1": {ClassType: "Fake", Inputs: map[string]any{"tag": id, "a": ""}}},
@@ -132,9 +132,9 @@ func chain() *dag.Graph {
 	}
 }
 
-// process is one pool process of the test: its own connection pool, a
+// dagProcess is one pool process of the test: its own connection pool, a
 // DAGStore on the shared schema and an Executor named owner.
-func process(t *testing.T, schema, owner string, r dag.Runner, ttl time.Duration, now func() time.Time) (*dag.Executor, *pgqueue.DAGStore) {
+func dagProcess(t *testing.T, schema, owner string, r dag.Runner, ttl time.Duration, now func() time.Time) (*dag.Executor, *pgqueue.DAGStore) {
 	t.Helper()
 	db := pgtest.Pool(t, 2)
 	s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema, Test: pgqueue.DAGStoreTestConfig{Now: now}})
@@ -155,9 +155,9 @@ func process(t *testing.T, schema, owner string, r dag.Runner, ttl time.Duration
 	return ex, s
 }
 
-// waitNodes polls the store until the nodes' states satisfy ok, or
+// dagWaitNodes polls the store until the nodes' states satisfy ok, or
 // fails the test after a bound.
-func waitNodes(t *testing.T, s *pgqueue.DAGStore, id string, ok func(map[string]*dag.NodeRecord) bool) {
+func dagWaitNodes(t *testing.T, s *pgqueue.DAGStore, id string, ok func(map[string]*dag.NodeRecord) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -184,24 +184,24 @@ func TestDAGStoreExecutorsRaceForAnAbandonedExecution(t *testing.T) {
 	t.Parallel()
 	setup := pgtest.Pool(t, 2)
 	schema := dagSchema(t, setup)
-	r := newSharedRunner("B")
+	r := newDAGRunner("B")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
 	// The frozen process: its store's clock lags an hour behind the
 	// database's, so its leases look expired to everyone else as soon as
 	// it takes them, as if it had stopped renewing.
-	frozen, frozenStore := process(t, schema, "frozen", r, 300*time.Millisecond, func() time.Time { return time.Now().Add(-time.Hour) })
-	x, err := frozen.Start(ctx, chain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
+	frozen, frozenStore := dagProcess(t, schema, "frozen", r, 300*time.Millisecond, func() time.Time { return time.Now().Add(-time.Hour) })
+	x, err := frozen.Start(ctx, dagChain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitNodes(t, frozenStore, "e", func(n map[string]*dag.NodeRecord) bool {
+	dagWaitNodes(t, frozenStore, "e", func(n map[string]*dag.NodeRecord) bool {
 		return n["A"] != nil && n["A"].State == dag.NodeCompleted && n["B"] != nil && n["B"].JobID != ""
 	})
 
-	p1, s1 := process(t, schema, "p1", r, 5*time.Second, nil)
-	p2, _ := process(t, schema, "p2", r, 5*time.Second, nil)
+	p1, s1 := dagProcess(t, schema, "p1", r, 5*time.Second, nil)
+	p2, _ := dagProcess(t, schema, "p2", r, 5*time.Second, nil)
 	var wg sync.WaitGroup
 	got := make([][]*dag.Execution, 2)
 	for k, p := range []*dag.Executor{p1, p2} {

@@ -59,7 +59,7 @@ func TestDAGStoreLeaseUsesTheDatabaseClock(t *testing.T) {
 	if err := s.CreateExecutionLeased(ctx, rec, dag.Lease{Owner: "a", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour}); !errorsIs(err, dag.ErrLeased) {
+	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour}); !errors.Is(err, dag.ErrLeased) {
 		t.Fatalf("AcquireLease of a lease held for an hour: %v, want ErrLeased", err)
 	}
 	// A lease whose TTL passed by the database's clock: a microsecond,
@@ -73,7 +73,7 @@ func TestDAGStoreLeaseUsesTheDatabaseClock(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !errorsIs(err, dag.ErrLeased) || time.Now().After(deadline) {
+		if !errors.Is(err, dag.ErrLeased) || time.Now().After(deadline) {
 			t.Fatalf("AcquireLease of an expired lease: %v", err)
 		}
 	}
@@ -89,8 +89,6 @@ func TestNewDAGStoreNeedsAPool(t *testing.T) {
 		t.Fatal("NewDAGStore(nil) = nil error")
 	}
 }
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // BenchmarkDAGStoreSaveNodes measures a checkpoint write of the Executor:
 // a group of node records under the execution's lease, one statement.
