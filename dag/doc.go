@@ -110,7 +110,9 @@
 // failed node run to the end, cancels those that do, and Wait returns
 // errors.Join of every [*NodeError]. [Execution.Cancel] and
 // [Executor.Close] stop an execution the same way, with
-// [StatusCancelled] and an error matching [ErrCancelled].
+// [StatusCancelled] and an error matching [ErrCancelled];
+// [Executor.Handover] stops it without cancelling anything, for another
+// process to go on with (see below).
 //
 // # Resume and stores
 //
@@ -139,6 +141,23 @@
 // records or cancelling its jobs. With another Store, resume an
 // execution in one process at a time: nothing stops two processes from
 // both running it.
+//
+// A deploy stops a process on purpose, and its executions should go on
+// in the process that replaces it, not end: call [Executor.Handover]
+// instead of Close. Each running execution stops scheduling nodes and
+// lets go of its running jobs without cancelling them; its last node
+// checkpoints are written while its lease still allows it, no end is
+// recorded (the stored status stays running), and its lease is released,
+// so that the new process's ResumeAbandoned takes it at once (rather than
+// once the lease expired, as after a crash), reattaches to the running
+// jobs and runs what is left. In the old process, Wait returns an error
+// matching [ErrHandedOver]. Stop the pool after Handover, not before.
+//
+//	// The process that stops, on SIGTERM:
+//	err := ex.Handover(ctx)
+//	_ = p.Stop(ctx)
+//	// The process that starts, at start-up and then every LeaseTTL or so:
+//	resumed, err := ex.ResumeAbandoned(ctx, nil)
 //
 // [MemoryStore] (the default; a LeaseStore for Executors sharing one in a
 // process) keeps checkpoints in memory; [FileStore]

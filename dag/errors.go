@@ -68,7 +68,7 @@ var (
 	// with an error wrapping it and the Store's error: what the Store
 	// holds no longer matches what ran, and Resume would redo work.
 	ErrCheckpoint = errors.New("dag: checkpoint not written")
-	// ErrClosed: the Executor was closed.
+	// ErrClosed: the Executor was closed (Close or Handover).
 	ErrClosed = errors.New("dag: executor closed")
 	// ErrLeased: another owner holds a live lease on the execution
 	// (LeaseStore.AcquireLease): it runs elsewhere. Executor.Resume
@@ -81,6 +81,13 @@ var (
 	// without cancelling its jobs (the new owner reattaches to them);
 	// Wait returns an error matching ErrLeaseLost and ErrCancelled.
 	ErrLeaseLost = errors.New("dag: execution lease lost")
+	// ErrHandedOver: the execution stopped in this Executor without
+	// ending, handed over by Executor.Handover to the next Executor that
+	// takes its lease (ResumeAbandoned): its stored status stays running
+	// and its running jobs go on. Wait returns an error matching
+	// ErrHandedOver and ErrClosed, not ErrCancelled: nothing was
+	// cancelled.
+	ErrHandedOver = errors.New("dag: execution handed over")
 )
 
 // Problem is one thing wrong with a graph.

@@ -36,13 +36,19 @@ var (
 	errLeaseLost = fmt.Errorf("%w: %w", ErrCancelled, ErrLeaseLost)
 )
 
+// errHandingOver stops the executions of an Executor handing them over
+// (Executor.Handover). It does not match ErrCancelled: their running
+// jobs go on, for the next owner of their leases.
+var errHandingOver = fmt.Errorf("%w: %w", ErrHandedOver, ErrClosed)
+
 // Executor runs graphs: each execution is scheduled by one goroutine of
 // its own, which submits the WORKFLOW nodes to the Runner (at most
 // Parallelism at once), runs the control nodes itself, checkpoints every
 // transition in the Store and reports it as an Event.
 //
 // An Executor owns every goroutine it starts; Close cancels the running
-// executions and waits for them. It is safe for concurrent use.
+// executions and waits for them, and Handover (for a deploy) hands them
+// over to another process instead. It is safe for concurrent use.
 type Executor struct {
 	cfg Config
 	log *slog.Logger
@@ -52,7 +58,7 @@ type Executor struct {
 	leases LeaseStore
 
 	// ctx is the lifecycle context every execution derives from; Close
-	// cancels it with errClosing.
+	// cancels it with errClosing, Handover with errHandingOver.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup // every goroutine: execution loops and nodes
@@ -61,11 +67,13 @@ type Executor struct {
 	// Close closes it once every execution ended.
 	hub *eventHub
 
-	mu      sync.Mutex
-	closed  bool
-	active  map[string]*Execution // by ID, from Start/Resume until done
-	running int                   // len(active), including reservations
-	idle    chan struct{}         // closed once closed and running == 0
+	mu     sync.Mutex
+	closed bool
+	// handingOver: Handover, not Close, closed the Executor.
+	handingOver bool
+	active      map[string]*Execution // by ID, from Start/Resume until done
+	running     int                   // len(active), including reservations
+	idle        chan struct{}         // closed once closed and running == 0
 
 	// condStep, when set by a test before the first execution starts,
 	// is called at each step of a CONDITION evaluation.
@@ -138,20 +146,85 @@ func New(cfg *Config) (*Executor, error) {
 // be called again; a running node waits for Runner.Cancel of its job for
 // up to one minute). Once they ended, it unsubscribes from the Runner's
 // events. After Close, Start, Run and Resume return ErrClosed.
+//
+// To stop a process whose executions another process should go on with
+// (a deploy), call Handover instead: it cancels nothing. Close after
+// Handover only waits, as Handover does.
 func (ex *Executor) Close(ctx context.Context) error {
+	_, err := ex.shut(ctx, false)
+	return err
+}
+
+// Handover is Close for a deploy: it stops this Executor and hands its
+// running executions over to the next Executor sharing its LeaseStore
+// (another process, which calls ResumeAbandoned), instead of cancelling
+// them. Each running execution stops scheduling nodes; its running
+// WORKFLOW nodes stop waiting for their jobs, which are not cancelled and
+// go on on their backends (the next owner reattaches to them, as after a
+// crash: their records keep their job IDs); the node checkpoints not yet
+// written are written, while the lease still allows them, so that the
+// next owner resumes from the latest state; no end is recorded (the
+// stored status stays StatusRunning); and then the lease is released, so
+// that ResumeAbandoned elsewhere takes the execution at once instead of
+// once the lease expired (Config.LeaseTTL). The nodes that completed here
+// are not run again there.
+//
+// Wait on such an execution returns a Result with StatusRunning (the node
+// states it was handed over with) and an error matching ErrHandedOver and
+// ErrClosed, not ErrCancelled; its last event is an EventExecutionState
+// with StatusRunning and that error. An execution that was ending anyway
+// (every node done, or failing under FailFast, or being cancelled) ends
+// here as usual.
+//
+// Handover returns once every execution stopped and released its lease,
+// or when ctx ends (then it returns ctx.Err() and may be called again;
+// the hand-over goes on). Then, as after Close, the Executor has
+// unsubscribed from the Runner's events and Start, Run, Resume and
+// ResumeAbandoned return ErrClosed; Close after Handover returns nil.
+// Stop the Runner (the pool) after Handover, not before: the jobs must
+// stay in the shared queue for the next owner.
+//
+// Without a LeaseStore in Config nobody else could take the executions
+// over safely (the default MemoryStore is private; a FileStore takes no
+// lease), so Handover does nothing and returns an error matching
+// ErrInvalid: the Executor still runs, for Close. Handover after Close
+// waits as Close does and returns an error matching ErrClosed: Close
+// came first, the executions were cancelled, not handed over.
+func (ex *Executor) Handover(ctx context.Context) error {
+	if ex.leases == nil {
+		return fmt.Errorf("%w: Handover needs a Config.Store that is a LeaseStore; nothing was handed over (use Close)", ErrInvalid)
+	}
+	handedOver, err := ex.shut(ctx, true)
+	if err == nil && !handedOver {
+		err = fmt.Errorf("%w: Close came first: the executions were cancelled, not handed over", ErrClosed)
+	}
+	return err
+}
+
+// shut is Close, or Handover when handover is set: the first call decides
+// which (the cause of the lifecycle context's cancellation); handedOver
+// says whether it was Handover. It waits until every execution ended and
+// then stops routing the Runner's events.
+func (ex *Executor) shut(ctx context.Context, handover bool) (handedOver bool, err error) {
 	ex.mu.Lock()
 	if !ex.closed {
-		ex.closed = true
+		ex.closed, ex.handingOver = true, handover
 		if ex.running == 0 {
 			close(ex.idle)
 		}
+		// Under mu, so that every later call sees the first one's cause.
+		if handover {
+			ex.cancel(errHandingOver)
+		} else {
+			ex.cancel(errClosing)
+		}
 	}
+	handedOver = ex.handingOver
 	ex.mu.Unlock()
-	ex.cancel(errClosing)
 	select {
 	case <-ex.idle:
 	case <-ctx.Done():
-		return ctx.Err()
+		return handedOver, ctx.Err()
 	}
 	// Every execution loop has ended, after the last of its nodes
 	// returned: what is left of their goroutines is about to exit.
@@ -160,7 +233,7 @@ func (ex *Executor) Close(ctx context.Context) error {
 	if ex.hub != nil {
 		ex.hub.close()
 	}
-	return nil
+	return handedOver, nil
 }
 
 // reserve claims id for a new execution; release undoes it.
@@ -531,8 +604,9 @@ type Execution struct {
 	rec     ExecutionRecord // the stored record, owned by the loop once launched
 
 	// ctx is cancelled (with a cause matching ErrCancelled) by Cancel,
-	// Executor.Close or the first failure under FailFast; the nodes' jobs
-	// run on contexts derived from it.
+	// Executor.Close or the first failure under FailFast, or (with
+	// errHandingOver) by Executor.Handover; the nodes' jobs run on
+	// contexts derived from it.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -581,6 +655,9 @@ const (
 	abortCancel
 	abortCheckpoint // a checkpoint could not be written
 	abortLeaseLost  // another owner took the lease
+	// abortHandover: Executor.Handover. Unlike the others it ends no
+	// node: what is not terminal stays as it is, for the next owner.
+	abortHandover
 )
 
 // nodeRT is the scheduler's state of one node.
@@ -771,8 +848,11 @@ func (x *Execution) Done() <-chan struct{} { return x.done }
 // and ctx.Err(); the execution goes on). The Result is non-nil once the
 // execution ended; the error is nil when it completed, the first
 // *NodeError when it failed under FailFast, errors.Join of every
-// *NodeError under Continue, and one matching ErrCancelled when it was
-// cancelled (by Cancel or Executor.Close). Every call returns the same
+// *NodeError under Continue, one matching ErrCancelled when it was
+// cancelled (by Cancel or Executor.Close), and one matching
+// ErrHandedOver when Executor.Handover stopped it here without ending it
+// (the Result's Status is then StatusRunning: it goes on in the next
+// Executor that takes its lease). Every call returns the same
 // Result: do not modify it. Do not call Wait from RunOpts.OnEvent with a
 // context that does not end: the execution waits for OnEvent.
 func (x *Execution) Wait(ctx context.Context) (*Result, error) {
@@ -978,6 +1058,9 @@ func (x *Execution) loop() {
 		if x.nDone == n {
 			break
 		}
+		if x.abort == abortHandover && x.inflight == 0 {
+			break // every running node let go of its job
+		}
 		if x.inflight == 0 {
 			// Unreachable for a compiled (acyclic) plan; never hang.
 			x.log.LogAttrs(x.ctx, slog.LevelError, "dag: scheduler stuck; cancelling the remaining nodes")
@@ -997,10 +1080,33 @@ func (x *Execution) loop() {
 	x.end()
 }
 
-// end records the execution's outcome; the loop's last act.
+// end records the execution's outcome, or hands it over; the loop's
+// last act.
 func (x *Execution) end() {
 	x.mbox.close()
 	x.wf.close()
+	var status Status
+	var err error
+	if x.abort == abortHandover && x.nDone < len(x.infos) {
+		status, err = x.handOver()
+	} else {
+		status, err = x.record()
+	}
+	x.mu.Lock()
+	x.status, x.err = status, err
+	x.mu.Unlock()
+	x.emit(Event{Kind: EventExecutionState, Status: status, Err: err})
+	x.mu.Lock()
+	x.finishLocked()
+	x.mu.Unlock()
+	x.cancel(nil)
+	x.ex.release(x.id)
+	close(x.done)
+}
+
+// record writes the execution's end: its node records, then its status,
+// and releases its lease. It returns the status and Wait's error.
+func (x *Execution) record() (Status, error) {
 	status, err := StatusCompleted, error(nil)
 	switch {
 	case x.lost != nil:
@@ -1048,16 +1154,47 @@ func (x *Execution) end() {
 			x.ex.releaseLease(x.id)
 		}
 	}
-	x.mu.Lock()
-	x.status, x.err = status, err
-	x.mu.Unlock()
-	x.emit(Event{Kind: EventExecutionState, Status: status, Err: err})
-	x.mu.Lock()
-	x.finishLocked()
-	x.mu.Unlock()
-	x.cancel(nil)
-	x.ex.release(x.id)
-	close(x.done)
+	return status, err
+}
+
+// handOver ends the execution's run in this Executor without ending the
+// execution (Executor.Handover): the node records not written yet are
+// written (the lease is still this Executor's, so they are valid, and
+// the next owner resumes from them), no end is recorded (the stored
+// status stays running), and then the lease is released, so that
+// another Executor's ResumeAbandoned takes the execution at once. The
+// jobs of its running nodes go on; the next owner reattaches to them.
+// It returns StatusRunning and Wait's error.
+func (x *Execution) handOver() (Status, error) {
+	err := fmt.Errorf("%w: execution %q left running for the next owner of its lease", errHandingOver, x.id)
+	switch cerr := x.cp.close(); {
+	case errors.Is(cerr, ErrLeaseLost):
+		if x.lost == nil {
+			x.lost = cerr
+		}
+	case cerr != nil && x.cpErr == nil:
+		x.cpErr = cerr
+	}
+	switch {
+	case x.lost != nil:
+		// Another owner took the lease first: what it holds is its own.
+		err = fmt.Errorf("%w, whose lease was lost meanwhile: %w: %w", err, ErrLeaseLost, x.lost)
+	case x.cpErr != nil:
+		// The Store holds an older state: the next owner redoes some
+		// work, or reattaches to jobs it would not need.
+		err = errors.Join(err, x.cpErr)
+		x.log.LogAttrs(x.ctx, slog.LevelWarn, "dag: handing over with checkpoints not written", slog.Any("error", x.cpErr))
+	}
+	if x.leased {
+		x.stopRenew()
+		<-x.renewDone
+		if x.lost == nil {
+			x.ex.releaseLease(x.id)
+		}
+	}
+	x.log.LogAttrs(x.ctx, slog.LevelInfo, "dag: execution handed over",
+		slog.Int("nodes_done", x.nDone), slog.Int("nodes_left_running", len(x.active)))
+	return StatusRunning, err
 }
 
 // jobToken is the token of the execution's idempotency keys (wfDeps.Token):
@@ -1086,7 +1223,7 @@ func (x *Execution) pushReady(i int) {
 // nodes start while slots are free.
 func (x *Execution) schedule() {
 	for {
-		for len(x.ready) > 0 {
+		for len(x.ready) > 0 && x.abort != abortHandover {
 			i := x.ready[0]
 			x.ready = x.ready[1:]
 			x.process(i)
@@ -1154,7 +1291,7 @@ func (x *Execution) process(i int) {
 		// like every node not running, is cancelled, not run.
 		x.onCancel()
 	}
-	if x.infos[i].State.Terminal() {
+	if x.infos[i].State.Terminal() || x.abort == abortHandover {
 		return
 	}
 	if x.abort != abortNone {
@@ -1201,7 +1338,9 @@ func (x *Execution) process(i int) {
 		ok, err := n.cond.eval(x.ctx, v, condLimits{memory: x.ex.cfg.ConditionMemory, onStep: x.ex.condStep})
 		if err != nil {
 			if x.ctx.Err() != nil {
-				x.onCancel() // cancelled during the evaluation: i is cancelled
+				// Cancelled during the evaluation: i is cancelled (or,
+				// handed over, left pending).
+				x.onCancel()
 				return
 			}
 			x.fail(i, fmt.Errorf("dag: condition: %w", err))
@@ -1409,6 +1548,10 @@ func (x *Execution) handle(m msg) {
 		switch {
 		case m.err == nil:
 			x.complete(i, r.outputs)
+		case x.abort == abortHandover:
+			// Its job goes on (whatever it answered, the next owner gets
+			// the same answer from it): the node stays queued or running
+			// as its last record says, for the next owner to reattach.
 		case x.ctx.Err() != nil:
 			err := m.err
 			if !errors.Is(err, ErrCancelled) {
@@ -1519,10 +1662,26 @@ func (x *Execution) fail(i int, err error) {
 // onCancel aborts the execution after its context ended.
 func (x *Execution) onCancel() {
 	cause := context.Cause(x.ctx)
-	if errors.Is(cause, errFailFast) || errors.Is(cause, errCheckpointFailed) || errors.Is(cause, errLeaseLost) {
+	switch {
+	case errors.Is(cause, errFailFast), errors.Is(cause, errCheckpointFailed), errors.Is(cause, errLeaseLost):
 		return // our own doing; abort already set
+	case errors.Is(cause, ErrHandedOver):
+		x.startHandover()
+		return
 	}
 	x.startAbort(abortCancel, cause)
+}
+
+// startHandover stops the execution for Executor.Handover: nothing more
+// is scheduled, and nothing is marked cancelled. Its running WORKFLOW
+// nodes stop waiting for their jobs (their contexts ended with
+// errHandingOver, which leaves the jobs running) and stay as they are,
+// like the nodes not started; a node whose job completed meanwhile
+// completes. The loop ends once no node is in flight (end, then
+// handOver).
+func (x *Execution) startHandover() {
+	x.abort, x.abortErr = abortHandover, context.Cause(x.ctx)
+	x.ready, x.waitWF = nil, nil
 }
 
 // startAbort cancels the running nodes and every node not started.

@@ -106,7 +106,8 @@ type NodeRecord struct {
 // A lease belongs to an owner (Config.Owner: one per Executor) until an
 // expiry the Store computes from the TTL with its own clock (a database's
 // clock, say, so that processes with skewed clocks agree). Its holder
-// renews it while the execution runs and releases it at the end. Once it
+// renews it while the execution runs and releases it at the end, or
+// when it hands the execution over (Executor.Handover). Once it
 // expired, another owner may take it; from then on the writes of the
 // former holder fail with ErrLeaseLost, so that it never writes over the
 // new holder's records (the holder's writes go through the …Leased

@@ -166,7 +166,9 @@ const (
 	// (Event.Value of Event.Max).
 	EventNodeProgress EventKind = "node:progress"
 	// EventExecutionState: the execution changed status (Event.Status).
-	// The last event of an execution is one with a terminal status.
+	// The last event of an execution is one with a terminal status, or,
+	// when Executor.Handover handed it over to another Executor, one
+	// with StatusRunning and an Err matching ErrHandedOver.
 	EventExecutionState EventKind = "execution:state"
 )
 

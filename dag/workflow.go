@@ -360,9 +360,9 @@ func (w *wfRunner) runOnce(ctx context.Context, node string, cfg *WorkflowConfig
 		// panic of the Runner meanwhile is kept in the error.
 		werr := err
 		var cerr error
-		if !errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		if cause := context.Cause(ctx); !errors.Is(cause, ErrLeaseLost) && !errors.Is(cause, ErrHandedOver) {
 			cerr = w.cancelJob(ctx, node, o.jobID)
-		} // else the job goes on for the execution's new owner
+		} // else the job goes on for the execution's next owner
 		started := w.unregister(o.jobID, "")
 		o.backend = cmp.Or(lastBackend(werr), started, pinned)
 		err = fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
