@@ -71,9 +71,15 @@ func (q *Queue) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// normalizeEnqueue validates *p, the Queue's copy of the caller's params,
-// and normalises it in place into what drivers receive.
-func normalizeEnqueue(p *EnqueueParams) error {
+// NormalizeEnqueueParams validates *p and normalises it in place into
+// what a [Driver] receives from [Queue.Enqueue]: MaxAttempts defaulted,
+// Requires, Needs and ExcludeBackends sorted and deduplicated (nil when
+// empty). It returns an error wrapping ErrInvalid that names the field.
+// Queue calls it on its copy of the caller's params; a driver method that
+// enqueues without a Queue (pgqueue's EnqueueTx) calls it too, so that
+// both store the same record. Sorted sets may be left as the caller's
+// own slices (see [Driver]).
+func NormalizeEnqueueParams(p *EnqueueParams) error {
 	if p.MaxAttempts < 0 {
 		return invalidf("EnqueueParams.MaxAttempts cannot be negative")
 	}
@@ -154,7 +160,7 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (*Job, error) {
 	defer q.releaseParams(ps)
 	np := &(*ps)[0]
 	*np = p
-	if err := normalizeEnqueue(np); err != nil {
+	if err := NormalizeEnqueueParams(np); err != nil {
 		return nil, err
 	}
 	return q.d.Enqueue(ctx, np)
@@ -180,7 +186,7 @@ func (q *Queue) EnqueueID(ctx context.Context, p EnqueueParams) (string, error) 
 	ps := q.params(1)
 	defer q.releaseParams(ps)
 	(*ps)[0] = p
-	if err := normalizeEnqueue(&(*ps)[0]); err != nil {
+	if err := NormalizeEnqueueParams(&(*ps)[0]); err != nil {
 		return "", err
 	}
 	ids, err := q.enqueueIDs(ctx, *ps)
@@ -233,7 +239,7 @@ func (q *Queue) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]string,
 	copy(nps, ps)
 	var keys map[string]int // the batch's idempotency keys, when it has some
 	for i := range nps {
-		if err := normalizeEnqueue(&nps[i]); err != nil {
+		if err := NormalizeEnqueueParams(&nps[i]); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
 		k := nps[i].IdempotencyKey
@@ -282,7 +288,7 @@ func (q *Queue) EnqueueWait(ctx context.Context, p EnqueueParams) (*Job, error) 
 	if err := q.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := normalizeEnqueue(&p); err != nil {
+	if err := NormalizeEnqueueParams(&p); err != nil {
 		return nil, err
 	}
 	sn, _ := q.d.(SpaceNotifier)

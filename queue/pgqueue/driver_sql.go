@@ -1,0 +1,286 @@
+package pgqueue
+
+import "strings"
+
+// queries are the driver's statements, schema-qualified once at New (the
+// pool is the user's: its search_path is not ours to set). In every one,
+// $1 is the injected clock's time or NULL for the database's clock.
+type queries struct {
+	due, jobByID, enqueue, enqueueWhy, lease, extend, begin, complete, fail, requeue, cancel, retry string
+	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention          string
+}
+
+// now is the statement's time.
+const nowCTE = `now AS (SELECT coalesce($1::timestamptz, now()) AS t)`
+
+// jobCols reads a job row aliased j, attempts included, in the order
+// scanJob expects.
+const jobCols = `j.id::text, j.version, j.state, j.priority, j.workflow, coalesce(j.workflow_key, ''),
+	j.overrides, j.payload, j.metadata, j.requires, j.needs, j.exclude_backends,
+	coalesce(j.idempotency_key, ''), j.max_attempts, j.attempts_used,
+	j.enqueued_at, j.available_at, j.leased_at, j.lease_expires_at, j.finished_at,
+	j.leased_by, coalesce(j.lease_token::text, ''), j.result,
+	j.error_class, j.error_message, j.error_node_id, j.error_node_type,
+	(SELECT array_agg(json_build_array(a.backend, a.prompt_id,
+	        (extract(epoch FROM a.started_at) * 1000000)::bigint,
+	        (extract(epoch FROM a.ended_at) * 1000000)::bigint,
+	        a.class, a.error_class, a.error_message, a.error_node_id, a.error_node_type, a.counted)::text
+	        ORDER BY a.number)
+	   FROM {s}.attempts a WHERE a.job_id = j.id)`
+
+// openAttempt is whether job j's last attempt is open.
+const openAttempt = `EXISTS (SELECT 1 FROM {s}.attempts a WHERE a.job_id = j.id AND a.number = j.attempt_count AND a.ended_at IS NULL)`
+
+// leased selects the job $2 under lease token $3, locked, with has_open.
+const leasedCTE = `cur AS (
+	SELECT j.*, ` + openAttempt + ` AS has_open
+	  FROM {s}.jobs j, now
+	 WHERE j.id = $2 AND j.state = 'leased' AND j.lease_token = $3 AND j.lease_expires_at > now.t
+	   FOR UPDATE OF j)`
+
+// closeOrMake closes cur's open attempt or makes one from the lease, at
+// now, with class $4 and error ($5..$8), counted $9.
+const closeOrMake = `
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = now.t, class = $4, error_class = $5, error_message = $6,
+	       error_node_id = $7, error_node_type = $8, counted = $9
+	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open
+	RETURNING a.backend),
+made AS (
+	INSERT INTO {s}.attempts (job_id, number, backend, started_at, ended_at, class,
+	                          error_class, error_message, error_node_id, error_node_type, counted)
+	SELECT cur.id, cur.attempt_count + 1, cur.leased_by, cur.leased_at, now.t, $4, $5, $6, $7, $8, $9
+	  FROM cur, now WHERE NOT cur.has_open
+	RETURNING backend)`
+
+func buildQueries(schema string) queries {
+	q := queries{
+		// due applies due transitions: retry delays that elapsed and
+		// leases that expired (counting an attempt, closed at the expiry
+		// time). It skips rows another transaction is writing.
+		due: `WITH ` + nowCTE + `,
+retry AS (
+	UPDATE {s}.jobs j SET state = 'queued', version = j.version + 1
+	  FROM (SELECT id FROM {s}.jobs, now WHERE state = 'retrying' AND available_at <= now.t
+	         ORDER BY available_at LIMIT 1000 FOR UPDATE OF jobs SKIP LOCKED) d
+	 WHERE j.id = d.id RETURNING j.id),
+exp AS (
+	SELECT j.id, j.leased_by, j.leased_at, j.lease_expires_at, j.attempts_used, j.max_attempts,
+	       j.attempt_count, ` + openAttempt + ` AS has_open
+	  FROM {s}.jobs j, now WHERE j.state = 'leased' AND j.lease_expires_at <= now.t
+	 ORDER BY j.lease_expires_at LIMIT 1000 FOR UPDATE OF j SKIP LOCKED),
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = e.lease_expires_at, class = 'lease_expired',
+	       error_class = 'lease_expired', error_message = 'queue: lease expired', counted = true
+	  FROM exp e WHERE a.job_id = e.id AND a.number = e.attempt_count AND e.has_open RETURNING 1),
+made AS (
+	INSERT INTO {s}.attempts (job_id, number, backend, started_at, ended_at, class, error_class, error_message, counted)
+	SELECT e.id, e.attempt_count + 1, e.leased_by, e.leased_at, e.lease_expires_at, 'lease_expired',
+	       'lease_expired', 'queue: lease expired', true
+	  FROM exp e WHERE NOT e.has_open RETURNING 1),
+upd AS (
+	UPDATE {s}.jobs j SET
+	       state = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN 'dead' ELSE 'queued' END,
+	       attempts_used = e.attempts_used + 1,
+	       attempt_count = e.attempt_count + (NOT e.has_open)::int,
+	       available_at = e.lease_expires_at,
+	       finished_at = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN e.lease_expires_at END,
+	       error_class = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN 'lease_expired' ELSE '' END,
+	       error_message = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN 'queue: lease expired' ELSE '' END,
+	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
+	  FROM exp e WHERE j.id = e.id RETURNING 1)
+SELECT (SELECT count(*) FROM retry) + (SELECT count(*) FROM upd) + (SELECT count(*) FROM closed) * 0 + (SELECT count(*) FROM made) * 0`,
+
+		jobByID: `SELECT ` + jobCols + ` FROM {s}.jobs j WHERE j.id = $1`,
+
+		// enqueue: $2 id, $3 bucket, $4 priority, $5 workflow, $6
+		// requires, $7 needs, $8 exclude_backends, $9 workflow_key, $10
+		// overrides, $11 payload, $12 metadata, $13 idempotency_key, $14
+		// max_attempts. No row: a duplicate key or a missing workflow.
+		enqueue: `WITH ` + nowCTE + `
+INSERT INTO {s}.jobs AS j (id, bucket_id, priority, workflow, requires, needs, exclude_backends,
+                    workflow_key, overrides, payload, metadata, idempotency_key, max_attempts,
+                    enqueued_at, available_at)
+SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, now.t, now.t FROM now
+ WHERE $9::text IS NULL OR EXISTS (SELECT 1 FROM {s}.workflows WHERE key = $9)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + jobCols,
+		enqueueWhy: `SELECT (SELECT id::text FROM {s}.jobs WHERE idempotency_key = $1),
+	$2::text IS NULL OR EXISTS (SELECT 1 FROM {s}.workflows WHERE key = $2)`,
+
+		bucket: `INSERT INTO {s}.buckets (workflow, priority, requires, needs, exclude_backends)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (workflow, priority, requires, needs, exclude_backends) DO UPDATE SET priority = EXCLUDED.priority
+RETURNING id`,
+		putCaps: `INSERT INTO {s}.caps (digest, item) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`,
+
+		// lease: $2 token, $3 backend, $4 duration (µs), $5 workflows
+		// (NULL: any), $6 exclude workflows, $7 tags, $8 prefer, $9 caps
+		// digest (NULL: no filter). It ranks the buckets the lessee may
+		// take from by their heads and takes the first unlocked job of
+		// the best bucket that has one.
+		lease: `WITH ` + nowCTE + `,
+heads AS MATERIALIZED (
+	SELECT b.id, b.priority, (b.workflow = ANY(coalesce($8::text[], '{}'))) AS pref, h.enqueued_at, h.seq
+	  FROM {s}.buckets b
+	 CROSS JOIN LATERAL (SELECT enqueued_at, seq FROM {s}.jobs
+	                      WHERE jobs.bucket_id = b.id AND jobs.state = 'queued'
+	                      ORDER BY enqueued_at, seq LIMIT 1) h
+	 WHERE ($5::text[] IS NULL OR b.workflow = ANY($5::text[]))
+	   AND NOT (b.workflow = ANY(coalesce($6::text[], '{}')))
+	   AND b.requires <@ coalesce($7::text[], '{}')
+	   AND NOT ($3 = ANY(b.exclude_backends))
+	   AND ($9::text IS NULL OR NOT EXISTS (
+	        SELECT 1 FROM unnest(b.needs) n
+	         WHERE NOT EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9 AND c.item = n)
+	           AND (n NOT LIKE 'value:%' OR strpos(substr(n, 7), '=') < 2
+	                OR EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9
+	                            AND c.item = 'list:' || split_part(substr(n, 7), '=', 1)))))
+	   AND NOT EXISTS (SELECT 1 FROM {s}.pauses p
+	                    WHERE p.kind = 'all' OR (p.kind = 'workflow' AND p.name = b.workflow)
+	                       OR (p.kind = 'tag' AND p.name = ANY(b.requires)))
+	 ORDER BY b.priority DESC, pref DESC, h.enqueued_at, h.seq
+	 LIMIT 8),
+pick AS (
+	SELECT x.id FROM heads
+	 CROSS JOIN LATERAL (SELECT id FROM {s}.jobs
+	                      WHERE jobs.bucket_id = heads.id AND jobs.state = 'queued'
+	                      ORDER BY enqueued_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED) x
+	 LIMIT 1)
+UPDATE {s}.jobs j SET state = 'leased', version = j.version + 1, lease_token = $2, leased_by = $3,
+       leased_at = now.t, lease_expires_at = now.t + make_interval(secs => $4::bigint / 1000000.0)
+  FROM pick, now WHERE j.id = pick.id
+RETURNING ` + jobCols,
+
+		// extend: $2 id, $3 token, $4 duration (µs).
+		extend: `WITH ` + nowCTE + `
+UPDATE {s}.jobs j SET lease_expires_at = now.t + make_interval(secs => $4::bigint / 1000000.0), version = j.version + 1
+  FROM now WHERE j.id = $2 AND j.state = 'leased' AND j.lease_token = $3 AND j.lease_expires_at > now.t
+RETURNING ` + jobCols,
+
+		// begin: $2 id, $3 token, $4 backend ('' the lease's), $5 prompt.
+		begin: `WITH ` + nowCTE + `, ` + leasedCTE + `,
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = now.t, class = 'superseded'
+	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open RETURNING 1),
+made AS (
+	INSERT INTO {s}.attempts (job_id, number, backend, prompt_id, started_at)
+	SELECT cur.id, cur.attempt_count + 1, coalesce(nullif($4, ''), cur.leased_by), $5, now.t FROM cur, now RETURNING 1),
+upd AS (
+	UPDATE {s}.jobs j SET attempt_count = cur.attempt_count + 1, version = j.version + 1
+	  FROM cur WHERE j.id = cur.id RETURNING 1)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM made) * 0 + (SELECT count(*) FROM closed) * 0`,
+
+		// complete: $2 id, $3 token, $4..$9 the attempt's close, $10 result.
+		complete: `WITH ` + nowCTE + `, ` + leasedCTE + `,` + closeOrMake + `,
+upd AS (
+	UPDATE {s}.jobs j SET state = 'completed', result = $10, attempts_used = cur.attempts_used + 1,
+	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int, finished_at = now.t,
+	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
+	  FROM cur, now WHERE j.id = cur.id RETURNING 1)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM made) * 0 + (SELECT count(*) FROM closed) * 0`,
+
+		// fail: $2 id, $3 token, $4..$9 the attempt's close, $10 no
+		// retry, $11 retry after (µs), $12 exclude the backend, $13 new
+		// needs (NULL: keep).
+		fail: `WITH ` + nowCTE + `, ` + leasedCTE + `,` + closeOrMake + `,
+nw AS (
+	SELECT cur.id, cur.attempts_used + 1 AS used,
+	       CASE WHEN $10 OR cur.attempts_used + 1 >= cur.max_attempts THEN 'dead'
+	            WHEN $11::bigint > 0 THEN 'retrying' ELSE 'queued' END AS state,
+	       coalesce($13::text[], cur.needs) AS needs,
+	       CASE WHEN $12 THEN ARRAY(SELECT DISTINCT x FROM unnest(cur.exclude_backends || coalesce(
+	                (SELECT backend FROM closed), (SELECT backend FROM made))) x ORDER BY x)
+	            ELSE cur.exclude_backends END AS exclude_backends
+	  FROM cur),
+nb AS (
+	INSERT INTO {s}.buckets (workflow, priority, requires, needs, exclude_backends)
+	SELECT cur.workflow, cur.priority, cur.requires, nw.needs, nw.exclude_backends FROM cur, nw
+	 WHERE (nw.needs, nw.exclude_backends) IS DISTINCT FROM (cur.needs, cur.exclude_backends)
+	ON CONFLICT (workflow, priority, requires, needs, exclude_backends) DO UPDATE SET priority = EXCLUDED.priority
+	RETURNING id),
+upd AS (
+	UPDATE {s}.jobs j SET state = nw.state, attempts_used = nw.used,
+	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int,
+	       available_at = now.t + make_interval(secs => $11::bigint / 1000000.0),
+	       finished_at = CASE WHEN nw.state = 'dead' THEN now.t END,
+	       error_class = CASE WHEN nw.state = 'dead' THEN $5 ELSE '' END,
+	       error_message = CASE WHEN nw.state = 'dead' THEN $6 ELSE '' END,
+	       error_node_id = CASE WHEN nw.state = 'dead' THEN $7 ELSE '' END,
+	       error_node_type = CASE WHEN nw.state = 'dead' THEN $8 ELSE '' END,
+	       needs = nw.needs, exclude_backends = nw.exclude_backends,
+	       bucket_id = coalesce((SELECT id FROM nb), cur.bucket_id),
+	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
+	  FROM cur, nw, now WHERE j.id = cur.id RETURNING 1)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM made) * 0 + (SELECT count(*) FROM closed) * 0`,
+
+		// requeue: $2 id, $3 token, $4..$8 the attempt's close, $9
+		// false (uncounted), $10 new needs (NULL: keep).
+		requeue: `WITH ` + nowCTE + `, ` + leasedCTE + `,
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = now.t, class = $4, error_class = $5, error_message = $6,
+	       error_node_id = $7, error_node_type = $8, counted = $9
+	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open RETURNING 1),
+nb AS (
+	INSERT INTO {s}.buckets (workflow, priority, requires, needs, exclude_backends)
+	SELECT cur.workflow, cur.priority, cur.requires, $10::text[], cur.exclude_backends FROM cur
+	 WHERE $10::text[] IS NOT NULL AND $10::text[] IS DISTINCT FROM cur.needs
+	ON CONFLICT (workflow, priority, requires, needs, exclude_backends) DO UPDATE SET priority = EXCLUDED.priority
+	RETURNING id),
+upd AS (
+	UPDATE {s}.jobs j SET state = 'queued', available_at = now.t, needs = coalesce($10::text[], cur.needs),
+	       bucket_id = coalesce((SELECT id FROM nb), cur.bucket_id),
+	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
+	  FROM cur, now WHERE j.id = cur.id RETURNING 1)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM closed) * 0`,
+
+		// cancel: $2 id, $3..$6 the error.
+		cancel: `WITH ` + nowCTE + `,
+cur AS (
+	SELECT j.*, ` + openAttempt + ` AS has_open
+	  FROM {s}.jobs j WHERE j.id = $2 AND j.state IN ('queued', 'retrying', 'leased') FOR UPDATE OF j),
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = now.t, class = 'cancelled', error_class = 'cancelled',
+	       error_message = $4, error_node_id = $5, error_node_type = $6
+	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open
+	   AND cur.state = 'leased' RETURNING 1),
+upd AS (
+	UPDATE {s}.jobs j SET state = 'cancelled', finished_at = now.t, error_class = $3, error_message = $4,
+	       error_node_id = $5, error_node_type = $6, lease_token = NULL, lease_expires_at = NULL,
+	       version = j.version + 1
+	  FROM cur, now WHERE j.id = cur.id RETURNING 1)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM closed) * 0`,
+
+		// retry: $2 id.
+		retry: `WITH ` + nowCTE + `
+UPDATE {s}.jobs j SET state = 'queued', available_at = now.t, attempts_used = 0, finished_at = NULL,
+       error_class = '', error_message = '', error_node_id = '', error_node_type = '', version = j.version + 1
+  FROM now WHERE j.id = $2 AND j.state IN ('dead', 'cancelled')
+RETURNING 1`,
+
+		putWorkflow: `WITH ` + nowCTE + `
+INSERT INTO {s}.workflows (key, body, stored_at) SELECT $2, $3, now.t FROM now
+ON CONFLICT (key) DO UPDATE SET stored_at = EXCLUDED.stored_at`,
+		getWorkflow: `SELECT body FROM {s}.workflows WHERE key = $1`,
+		purgeWorkflows: `DELETE FROM {s}.workflows w WHERE w.stored_at < $1
+   AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.workflow_key = w.key)`,
+
+		// nextDue: microseconds from now to the next retry delay or lease
+		// expiry, NULL when none.
+		nextDue: `WITH ` + nowCTE + `
+SELECT (extract(epoch FROM least(
+	(SELECT min(available_at) FROM {s}.jobs WHERE state = 'retrying'),
+	(SELECT min(lease_expires_at) FROM {s}.jobs WHERE state = 'leased')) - now.t) * 1000000)::bigint FROM now`,
+		queuedExists: `SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE state = 'queued')`,
+		retention: `WITH ` + nowCTE + `
+DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs, now
+   WHERE finished_at < now.t - make_interval(secs => $2::bigint / 1000000.0)
+     AND state IN ('completed', 'dead', 'cancelled') ORDER BY finished_at LIMIT 1000)`,
+	}
+	for _, p := range []*string{&q.due, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.extend, &q.begin,
+		&q.complete, &q.fail, &q.requeue, &q.cancel, &q.retry, &q.bucket, &q.putCaps, &q.putWorkflow,
+		&q.getWorkflow, &q.purgeWorkflows, &q.nextDue, &q.queuedExists, &q.retention} {
+		*p = strings.ReplaceAll(*p, "{s}", schema)
+	}
+	return q
+}

@@ -1,0 +1,263 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// Every call that reads or writes a job first applies due transitions
+// (q.due) in the same round trip and transaction, so that an expired
+// lease or an elapsed retry delay is seen by the call whichever process
+// (or no process) was up when it fell due.
+
+// Lease implements [queue.Driver].
+func (d *Driver) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	var digest any
+	b := &pgx.Batch{}
+	if p.Has != nil {
+		dg := p.Has.Digest()
+		digest = dg
+		if _, ok := d.caps.Load(dg); !ok {
+			b.Queue(d.q.putCaps, dg, emptyArr(p.Has.Items()))
+		}
+	}
+	now := d.now()
+	b.Queue(d.q.due, now)
+	b.Queue(d.q.lease, now, uuid.New(), p.Backend, p.Duration.Microseconds(), p.Workflows,
+		p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, digest)
+	br := d.db.SendBatch(ctx, b)
+	defer br.Close()
+	if p.Has != nil {
+		if _, ok := d.caps.Load(p.Has.Digest()); !ok {
+			if _, err := br.Exec(); err != nil {
+				return nil, d.wrap("lease", err)
+			}
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, d.wrap("lease", err)
+	}
+	j, err := scanJob(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		j, err = nil, nil
+	}
+	if err != nil {
+		return nil, d.wrap("lease", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, d.wrap("lease", err)
+	}
+	if p.Has != nil {
+		d.caps.Store(p.Has.Digest(), struct{}{})
+	}
+	return j, nil
+}
+
+// write runs the due transitions, then stmt (which returns the number of
+// jobs it wrote), then reads job id, in one round trip and transaction.
+// It returns the count and the job as it is after the write (nil when it
+// does not exist).
+func (d *Driver) write(ctx context.Context, op string, id uuid.UUID, stmt string, args ...any) (int64, *queue.Job, error) {
+	b := &pgx.Batch{}
+	b.Queue(d.q.due, args[0])
+	b.Queue(stmt, args...)
+	b.Queue(d.q.jobByID, id)
+	br := d.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, nil, d.wrap(op, err)
+	}
+	var n int64
+	if err := br.QueryRow().Scan(&n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil, d.wrap(op, err)
+	}
+	j, err := scanJob(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		j, err = nil, nil
+	}
+	if err != nil {
+		return 0, nil, d.wrap(op, err)
+	}
+	if err := br.Close(); err != nil {
+		return 0, nil, d.wrap(op, err)
+	}
+	return n, j, nil
+}
+
+// tokenOp runs a lease holder's write: ErrNotFound for an unknown job,
+// ErrLeaseLost when token is not its current lease.
+func (d *Driver) tokenOp(ctx context.Context, op, id, token, stmt string, args ...any) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: %s job %s: %w", op, id, queue.ErrNotFound)
+	}
+	tok, ok := parseID(token)
+	if !ok {
+		tok = uuid.Nil
+	}
+	n, j, err := d.write(ctx, op, uid, stmt, append([]any{d.now(), uid, tok}, args...)...)
+	switch {
+	case err != nil:
+		return nil, err
+	case j == nil:
+		return nil, fmt.Errorf("pgqueue: %s job %s: %w", op, id, queue.ErrNotFound)
+	case n == 0:
+		return nil, fmt.Errorf("pgqueue: %s job %s: %w", op, id, queue.ErrLeaseLost)
+	}
+	return j, nil
+}
+
+// Extend implements [queue.Driver].
+func (d *Driver) Extend(ctx context.Context, id, token string, dur time.Duration) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: extend job %s: %w", id, queue.ErrNotFound)
+	}
+	tok, ok := parseID(token)
+	if !ok {
+		tok = uuid.Nil
+	}
+	now := d.now()
+	b := &pgx.Batch{}
+	b.Queue(d.q.due, now)
+	b.Queue(d.q.extend, now, uid, tok, dur.Microseconds())
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM `+d.schema+`.jobs WHERE id = $1)`, uid)
+	br := d.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, d.wrap("extend", err)
+	}
+	j, err := scanJob(br.QueryRow())
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, d.wrap("extend", err)
+	}
+	var exists bool
+	if err := br.QueryRow().Scan(&exists); err != nil {
+		return nil, d.wrap("extend", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, d.wrap("extend", err)
+	}
+	switch {
+	case j != nil:
+		return j, nil
+	case !exists:
+		return nil, fmt.Errorf("pgqueue: extend job %s: %w", id, queue.ErrNotFound)
+	}
+	return nil, fmt.Errorf("pgqueue: extend job %s: %w", id, queue.ErrLeaseLost)
+}
+
+// Begin implements [queue.Driver].
+func (d *Driver) Begin(ctx context.Context, id, token string, p *queue.BeginParams) (*queue.Job, error) {
+	return d.tokenOp(ctx, "begin", id, token, d.q.begin, p.Backend, p.PromptID)
+}
+
+// Complete implements [queue.Driver].
+func (d *Driver) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
+	return d.tokenOp(ctx, "complete", id, token, d.q.complete,
+		queue.ClassNone, "", "", "", "", true, bytesArg(result))
+}
+
+// Fail implements [queue.Driver].
+func (d *Driver) Fail(ctx context.Context, id, token string, p *queue.FailParams) (*queue.Job, error) {
+	e := p.Error
+	return d.tokenOp(ctx, "fail", id, token, d.q.fail,
+		e.Class, e.Class, e.Message, e.NodeID, e.NodeType, true,
+		p.NoRetry, p.RetryAfter.Microseconds(), p.ExcludeBackend, needsArg(p.Needs))
+}
+
+// Requeue implements [queue.Driver].
+func (d *Driver) Requeue(ctx context.Context, id, token string, p *queue.RequeueParams) (*queue.Job, error) {
+	e := p.Error
+	return d.tokenOp(ctx, "requeue", id, token, d.q.requeue,
+		e.Class, e.Class, e.Message, e.NodeID, e.NodeType, false, needsArg(p.Needs))
+}
+
+// needsArg is nil (NULL: keep) for nil needs, else the new needs (an
+// empty array for none).
+func needsArg(needs []string) any {
+	if needs == nil {
+		return nil
+	}
+	return emptyArr(needs)
+}
+
+// Cancel implements [queue.Driver].
+func (d *Driver) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: cancel job %s: %w", id, queue.ErrNotFound)
+	}
+	e := p.Error
+	n, j, err := d.write(ctx, "cancel", uid, d.q.cancel, d.now(), uid, e.Class, e.Message, e.NodeID, e.NodeType)
+	switch {
+	case err != nil:
+		return nil, err
+	case j == nil:
+		return nil, fmt.Errorf("pgqueue: cancel job %s: %w", id, queue.ErrNotFound)
+	case n > 0:
+		return j, nil
+	case j.State == queue.StateCancelled:
+		return nil, fmt.Errorf("pgqueue: cannot cancel job %s: %w", id, queue.ErrAlreadyCancelled)
+	}
+	return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, j.State)
+}
+
+// Retry implements [queue.Driver].
+func (d *Driver) Retry(ctx context.Context, id string) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: retry job %s: %w", id, queue.ErrNotFound)
+	}
+	n, j, err := d.write(ctx, "retry", uid, d.q.retry, d.now(), uid)
+	switch {
+	case err != nil:
+		return nil, err
+	case j == nil:
+		return nil, fmt.Errorf("pgqueue: retry job %s: %w", id, queue.ErrNotFound)
+	case n == 0:
+		return nil, fmt.Errorf("%w: cannot retry job %s: it is %s", queue.ErrInvalidState, id, j.State)
+	}
+	return j, nil
+}
+
+// Get implements [queue.Driver].
+func (d *Driver) Get(ctx context.Context, id string) (*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: get job %s: %w", id, queue.ErrNotFound)
+	}
+	_, j, err := d.write(ctx, "get", uid, `SELECT 0 WHERE $1::timestamptz IS NULL OR true`, d.now())
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, fmt.Errorf("pgqueue: get job %s: %w", id, queue.ErrNotFound)
+	}
+	return j, nil
+}

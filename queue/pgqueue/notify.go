@@ -1,0 +1,243 @@
+package pgqueue
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// connectListener opens the listener's own connection (outside the
+// pool, which stays the user's) and LISTENs on the schema's channel.
+func (d *Driver) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, d.db.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, d.wrap("listen", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.channel}.Sanitize()); err != nil {
+		closeListener(conn)
+		return nil, d.wrap("listen", err)
+	}
+	return conn, nil
+}
+
+func closeListener(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// listen delivers notifications until ctx ends, reconnecting (with
+// backoff) when the connection is lost; after a reconnection every
+// subscriber gets a Gap (notifications may have been missed) and Ready
+// fires.
+func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
+	defer func() {
+		if conn != nil {
+			closeListener(conn)
+		}
+	}()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err == nil {
+			d.dispatch(n.Payload)
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.WarnContext(ctx, "pgqueue: listener connection lost; reconnecting", "error", err)
+		closeListener(conn)
+		conn = nil
+		for backoff := 50 * time.Millisecond; conn == nil; backoff = min(2*backoff, 5*time.Second) {
+			timer := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+			conn, err = d.connectListener(cctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				d.log.WarnContext(ctx, "pgqueue: listener reconnect failed", "error", err)
+			}
+		}
+		d.log.InfoContext(ctx, "pgqueue: listener reconnected")
+		d.broadcastGap()
+		d.signalReady()
+		d.wake()
+	}
+}
+
+// dispatch handles one notification: "id:state:version" for a job
+// change, "resume" for a resumed pause scope.
+func (d *Driver) dispatch(payload string) {
+	id, rest, ok1 := strings.Cut(payload, ":")
+	state, ver, ok2 := strings.Cut(rest, ":")
+	v, err := strconv.ParseUint(ver, 10, 64)
+	if !ok1 || !ok2 || err != nil {
+		d.signalReady() // "resume", or anything unknown: a wake-up may be spurious
+		return
+	}
+	c := queue.Change{JobID: id, State: queue.State(state), Version: v}
+	switch c.State {
+	case queue.StateQueued:
+		d.signalReady()
+	case queue.StateRetrying, queue.StateLeased:
+		d.wake() // a new due time, maybe the next
+	}
+	d.subMu.Lock()
+	for s := range d.subs {
+		s.send(c)
+	}
+	d.subMu.Unlock()
+}
+
+func (d *Driver) broadcastGap() {
+	d.subMu.Lock()
+	defer d.subMu.Unlock()
+	for s := range d.subs {
+		s.send(queue.Change{Gap: true})
+	}
+}
+
+// subscription is one Subscribe's channel.
+type subscription struct {
+	mu     sync.Mutex
+	ch     chan queue.Change
+	closed bool
+}
+
+// send delivers c without blocking: on a full buffer it discards what
+// the subscriber has not read and delivers a Gap instead.
+func (s *subscription) send(c queue.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	select {
+	case s.ch <- c:
+		return
+	default:
+	}
+	for drained := false; !drained; {
+		select {
+		case <-s.ch:
+		default:
+			drained = true
+		}
+	}
+	s.ch <- queue.Change{Gap: true} // room: only senders hold mu
+}
+
+func (s *subscription) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+}
+
+// Subscribe implements [queue.Watcher]: changes made by any process on
+// the schema, from the notifications of its commits. When the listener
+// loses its connection, the subscriber gets a Gap once it is back.
+func (d *Driver) Subscribe(ctx context.Context, buffer int) (<-chan queue.Change, func(), error) {
+	if err := d.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	s := &subscription{ch: make(chan queue.Change, buffer)}
+	d.subMu.Lock()
+	if d.subs == nil {
+		d.subMu.Unlock()
+		return nil, nil, queue.ErrClosed
+	}
+	d.subs[s] = struct{}{}
+	d.subMu.Unlock()
+	stop := func() {
+		d.subMu.Lock()
+		if d.subs != nil {
+			delete(d.subs, s)
+		}
+		d.subMu.Unlock()
+		s.close()
+	}
+	return s.ch, stop, nil
+}
+
+// maintain applies due transitions when they fall due (a timer on the
+// next retry delay or lease expiry, as the database sees it), so that
+// Ready fires for them and subscribers hear of them even when no call is
+// made; and every PollInterval it fires Ready when queued jobs exist (in
+// case notifications were lost) and sweeps retention.
+func (d *Driver) maintain(ctx context.Context) {
+	poll := time.NewTicker(d.cfg.PollInterval)
+	defer poll.Stop()
+	due := time.NewTimer(d.cfg.PollInterval)
+	defer due.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			d.poll(ctx)
+		case <-due.C:
+		case <-d.kick:
+		}
+		next := d.applyDue(ctx)
+		due.Reset(next)
+	}
+}
+
+// applyDue applies the due transitions and returns the time to the next
+// one (at most PollInterval).
+func (d *Driver) applyDue(ctx context.Context) time.Duration {
+	now := d.now()
+	var n int64
+	if err := d.db.QueryRow(ctx, d.q.due, now).Scan(&n); err != nil {
+		d.logErr(ctx, "apply due transitions", err)
+		return d.cfg.PollInterval
+	}
+	if n > 0 {
+		d.signalReady()
+	}
+	var us *int64
+	if err := d.db.QueryRow(ctx, d.q.nextDue, now).Scan(&us); err != nil {
+		d.logErr(ctx, "next due time", err)
+		return d.cfg.PollInterval
+	}
+	if us == nil {
+		return d.cfg.PollInterval
+	}
+	return min(max(time.Duration(*us)*time.Microsecond, time.Millisecond), d.cfg.PollInterval)
+}
+
+// poll is the fallback for lost notifications, and the retention sweep.
+func (d *Driver) poll(ctx context.Context) {
+	var queued bool
+	if err := d.db.QueryRow(ctx, d.q.queuedExists).Scan(&queued); err != nil {
+		d.logErr(ctx, "poll", err)
+	} else if queued {
+		d.signalReady()
+	}
+	if d.cfg.Retention > 0 {
+		if _, err := d.db.Exec(ctx, d.q.retention, d.now(), d.cfg.Retention.Microseconds()); err != nil {
+			d.logErr(ctx, "retention sweep", err)
+		}
+	}
+}
+
+func (d *Driver) logErr(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	d.log.WarnContext(ctx, "pgqueue: "+what, "error", err)
+}
