@@ -212,7 +212,7 @@ func retryable(err error) bool {
 		case pe.Code == "40001", pe.Code == "40P01": // serialization_failure, deadlock_detected
 			return true
 		case strings.HasPrefix(pe.Code, "08"), // connection exceptions
-			strings.HasPrefix(pe.Code, "53"), // insufficient resources
+			strings.HasPrefix(pe.Code, "53"),                           // insufficient resources
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // shutdown, cannot connect now
 			return true
 		}

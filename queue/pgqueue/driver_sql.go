@@ -7,7 +7,7 @@ import "strings"
 // $1 is the injected clock's time or NULL for the database's clock.
 type queries struct {
 	due, jobByID, enqueue, enqueueWhy, lease, extend, begin, complete, fail, requeue, cancel, retry string
-	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention          string
+	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention     string
 }
 
 // now is the statement's time.

@@ -205,7 +205,7 @@ func (d *Driver) Stats(ctx context.Context) (*queue.Stats, error) {
 	now := d.now()
 	b := &pgx.Batch{}
 	b.Queue(d.q.due, now)
-	b.Queue(`SELECT state, count(*) FROM `+d.schema+`.jobs GROUP BY state`)
+	b.Queue(`SELECT state, count(*) FROM ` + d.schema + `.jobs GROUP BY state`)
 	b.Queue(`SELECT (extract(epoch FROM coalesce($1::timestamptz, now()) - min(enqueued_at)) * 1000000)::bigint
 	           FROM `+d.schema+`.jobs WHERE state = 'queued'`, now)
 	br := d.db.SendBatch(ctx, b)
