@@ -8,3 +8,6 @@ func MigrationCount() int {
 	}
 	return len(ms)
 }
+
+// Channel returns the driver's LISTEN/NOTIFY channel.
+func (d *Driver) Channel() string { return d.channel }
