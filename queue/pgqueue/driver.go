@@ -75,6 +75,8 @@ type Driver struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
+	group grouper // writes sharing a transaction (driver_group.go)
+
 	ready chan struct{}
 	kick  chan struct{} // wakes the maintenance loop (coalesced)
 	subMu sync.Mutex

@@ -20,7 +20,7 @@ import (
 )
 
 // migrated returns a new migrated schema on db.
-func migrated(t *testing.T, db *pgxpool.Pool) string {
+func migrated(t testing.TB, db *pgxpool.Pool) string {
 	t.Helper()
 	schema := pgtest.Schema(t, db)
 	require.NoError(t, pgqueue.Migrate(t.Context(), db, schema))
@@ -28,7 +28,7 @@ func migrated(t *testing.T, db *pgxpool.Pool) string {
 }
 
 // open returns a driver on schema, closed at cleanup.
-func open(t *testing.T, db *pgxpool.Pool, cfg pgqueue.Config) *pgqueue.Driver {
+func open(t testing.TB, db *pgxpool.Pool, cfg pgqueue.Config) *pgqueue.Driver {
 	t.Helper()
 	d, err := pgqueue.New(db, &cfg)
 	require.NoError(t, err)
@@ -359,4 +359,39 @@ func TestErrorsHideThePassword(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, strings.Contains(err.Error(), "s3cret-pw"), "the password leaked: %v", err)
 	assert.True(t, queue.IsRetryable(err), "a refused connection may succeed later: %v", err)
+}
+
+// TestLeaseExpiresOnTimer: on the database's clock, an expired lease is
+// taken back by the driver's timer with no call made: Ready fires and
+// another lessee gets the job, the attempt counted.
+func TestLeaseExpiresOnTimer(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Pool(t, 4)
+	q := queue.New(open(t, db, pgqueue.Config{Schema: migrated(t, db), PollInterval: time.Hour}))
+	ctx := t.Context()
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	l, err := q.Lease(ctx, queue.LeaseParams{Backend: "b1", Duration: 300 * time.Millisecond})
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	for {
+		select {
+		case <-q.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Ready did not fire when the lease expired")
+		}
+		l2, err := q.Lease(ctx, queue.LeaseParams{Backend: "b2", Duration: time.Minute})
+		require.NoError(t, err)
+		if l2 == nil {
+			continue // the wake-up of the enqueue
+		}
+		assert.Equal(t, j.ID, l2.ID)
+		assert.Equal(t, 1, l2.AttemptsUsed)
+		require.Len(t, l2.Attempts, 1)
+		assert.Equal(t, queue.ClassLeaseExpired, l2.Attempts[0].Class)
+		assert.Equal(t, l.LeaseExpiresAt, l2.Attempts[0].EndedAt)
+		_, err = q.Complete(ctx, j.ID, l.LeaseToken, nil)
+		assert.ErrorIs(t, err, queue.ErrLeaseLost)
+		return
+	}
 }

@@ -12,84 +12,121 @@ import (
 	"github.com/comfypool/comfypool/queue"
 )
 
-// Every call that reads or writes a job first applies due transitions
-// (q.due) in the same round trip and transaction, so that an expired
-// lease or an elapsed retry delay is seen by the call whichever process
-// (or no process) was up when it fell due.
+// Due transitions (retry delays elapsing, leases expiring) are applied by
+// every driver's maintenance timer when they fall due on the database's
+// clock (see maintain). With an injected clock (Config.Test.Now), which
+// moves without the timer knowing, every call that reads or writes a job
+// applies them first instead, in the same round trip and transaction
+// (queueDue). Either way a token operation checks the lease's expiry
+// itself, so an expired lease never completes.
+
+// queueDue queues the due transitions on b when calls apply them
+// (an injected clock), and reports whether it did: the caller then
+// reads their result first.
+func (d *Driver) queueDue(b *pgx.Batch, now any) bool {
+	if d.cfg.Test.Now == nil {
+		return false
+	}
+	b.Queue(d.q.due, now)
+	return true
+}
+
+// execDue reads the result of the due transitions queued by queueDue.
+func execDue(br pgx.BatchResults, queued bool) error {
+	if !queued {
+		return nil
+	}
+	_, err := br.Exec()
+	return err
+}
 
 // Lease implements [queue.Driver].
 func (d *Driver) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, error) {
 	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
-	var digest any
-	b := &pgx.Batch{}
+	var (
+		digest  any
+		putCaps bool
+		due     bool
+		j       *queue.Job
+	)
 	if p.Has != nil {
-		dg := p.Has.Digest()
-		digest = dg
-		if _, ok := d.caps.Load(dg); !ok {
-			b.Queue(d.q.putCaps, dg, emptyArr(p.Has.Items()))
-		}
+		digest = p.Has.Digest()
+		_, known := d.caps.Load(p.Has.Digest())
+		putCaps = !known
 	}
 	now := d.now()
-	b.Queue(d.q.due, now)
-	b.Queue(d.q.lease, now, uuid.New(), p.Backend, p.Duration.Microseconds(), p.Workflows,
-		p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, digest)
-	br := d.db.SendBatch(ctx, b)
-	defer br.Close()
-	if p.Has != nil {
-		if _, ok := d.caps.Load(p.Has.Digest()); !ok {
-			if _, err := br.Exec(); err != nil {
-				return nil, d.wrap("lease", err)
+	err := d.run(ctx, &op{
+		queue: func(b *pgx.Batch) {
+			if putCaps {
+				b.Queue(d.q.putCaps, digest, emptyArr(p.Has.Items()))
 			}
-		}
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, d.wrap("lease", err)
-	}
-	j, err := scanJob(br.QueryRow())
-	if errors.Is(err, pgx.ErrNoRows) {
-		j, err = nil, nil
-	}
+			due = d.queueDue(b, now)
+			b.Queue(d.q.lease, now, uuid.New(), p.Backend, p.Duration.Microseconds(), p.Workflows,
+				p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, digest)
+		},
+		read: func(br pgx.BatchResults) error {
+			if putCaps {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			if err := execDue(br, due); err != nil {
+				return err
+			}
+			var err error
+			j, err = scanJob(br.QueryRow())
+			if errors.Is(err, pgx.ErrNoRows) {
+				j, err = nil, nil
+			}
+			return err
+		},
+	})
 	if err != nil {
 		return nil, d.wrap("lease", err)
 	}
-	if err := br.Close(); err != nil {
-		return nil, d.wrap("lease", err)
-	}
-	if p.Has != nil {
-		d.caps.Store(p.Has.Digest(), struct{}{})
+	if putCaps {
+		d.caps.Store(digest, struct{}{})
 	}
 	return j, nil
 }
 
 // write runs the due transitions, then stmt (which returns the number of
-// jobs it wrote), then reads job id, in one round trip and transaction.
-// It returns the count and the job as it is after the write (nil when it
-// does not exist).
-func (d *Driver) write(ctx context.Context, op string, id uuid.UUID, stmt string, args ...any) (int64, *queue.Job, error) {
-	b := &pgx.Batch{}
-	b.Queue(d.q.due, args[0])
-	b.Queue(stmt, args...)
-	b.Queue(d.q.jobByID, id)
-	br := d.db.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return 0, nil, d.wrap(op, err)
-	}
-	var n int64
-	if err := br.QueryRow().Scan(&n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil, d.wrap(op, err)
-	}
-	j, err := scanJob(br.QueryRow())
-	if errors.Is(err, pgx.ErrNoRows) {
-		j, err = nil, nil
-	}
+// jobs it wrote), then reads job id, in one round trip and transaction
+// (shared with concurrent writes: see driver_group.go). It returns the
+// count and the job as it is after the write (nil when it does not
+// exist).
+func (d *Driver) write(ctx context.Context, name string, id uuid.UUID, stmt string, args ...any) (int64, *queue.Job, error) {
+	var (
+		due bool
+		n   int64
+		j   *queue.Job
+	)
+	err := d.run(ctx, &op{
+		queue: func(b *pgx.Batch) {
+			due = d.queueDue(b, args[0])
+			b.Queue(stmt, args...)
+			b.Queue(d.q.jobByID, id)
+		},
+		read: func(br pgx.BatchResults) error {
+			if err := execDue(br, due); err != nil {
+				return err
+			}
+			n = 0
+			if err := br.QueryRow().Scan(&n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			var err error
+			j, err = scanJob(br.QueryRow())
+			if errors.Is(err, pgx.ErrNoRows) {
+				j, err = nil, nil
+			}
+			return err
+		},
+	})
 	if err != nil {
-		return 0, nil, d.wrap(op, err)
-	}
-	if err := br.Close(); err != nil {
-		return 0, nil, d.wrap(op, err)
+		return 0, nil, d.wrap(name, err)
 	}
 	return n, j, nil
 }
@@ -135,12 +172,12 @@ func (d *Driver) Extend(ctx context.Context, id, token string, dur time.Duration
 	}
 	now := d.now()
 	b := &pgx.Batch{}
-	b.Queue(d.q.due, now)
+	due := d.queueDue(b, now)
 	b.Queue(d.q.extend, now, uid, tok, dur.Microseconds())
 	b.Queue(`SELECT EXISTS (SELECT 1 FROM `+d.schema+`.jobs WHERE id = $1)`, uid)
 	br := d.db.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	if err := execDue(br, due); err != nil {
 		return nil, d.wrap("extend", err)
 	}
 	j, err := scanJob(br.QueryRow())

@@ -106,7 +106,7 @@ func (d *Driver) List(ctx context.Context, p *queue.ListParams) (*queue.ListPage
 	sql = strings.ReplaceAll(sql, "{s}", d.schema)
 
 	b := &pgx.Batch{}
-	b.Queue(d.q.due, d.now())
+	due := d.queueDue(b, d.now())
 	b.Queue(sql, args...)
 	if p.Count {
 		b.Queue(strings.ReplaceAll(`SELECT j.state, count(*) FROM {s}.jobs j WHERE ($1::timestamptz IS NULL OR true)`+
@@ -114,7 +114,7 @@ func (d *Driver) List(ctx context.Context, p *queue.ListParams) (*queue.ListPage
 	}
 	br := d.db.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	if err := execDue(br, due); err != nil {
 		return nil, d.wrap("list", err)
 	}
 	page := &queue.ListPage{}
@@ -204,13 +204,13 @@ func (d *Driver) Stats(ctx context.Context) (*queue.Stats, error) {
 	}
 	now := d.now()
 	b := &pgx.Batch{}
-	b.Queue(d.q.due, now)
+	due := d.queueDue(b, now)
 	b.Queue(`SELECT state, count(*) FROM ` + d.schema + `.jobs GROUP BY state`)
 	b.Queue(`SELECT (extract(epoch FROM coalesce($1::timestamptz, now()) - min(enqueued_at)) * 1000000)::bigint
 	           FROM `+d.schema+`.jobs WHERE state = 'queued'`, now)
 	br := d.db.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	if err := execDue(br, due); err != nil {
 		return nil, d.wrap("stats", err)
 	}
 	st := &queue.Stats{}

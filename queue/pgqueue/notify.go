@@ -174,50 +174,74 @@ func (d *Driver) Subscribe(ctx context.Context, buffer int) (<-chan queue.Change
 }
 
 // maintain applies due transitions when they fall due (a timer on the
-// next retry delay or lease expiry, as the database sees it), so that
-// Ready fires for them and subscribers hear of them even when no call is
-// made; and every PollInterval it fires Ready when queued jobs exist (in
-// case notifications were lost) and sweeps retention.
+// next retry delay or lease expiry, as the database's clock tells), so
+// that expired leases are taken back, Ready fires and subscribers hear of
+// it even when no call is made; every process on the queue does this
+// (SKIP LOCKED keeps them apart). A notification of a lease or a retry
+// delay may bring the next due time closer: it wakes the loop to look
+// again, at most every kickSpacing. Every PollInterval it also applies
+// due transitions, fires Ready when queued jobs exist (in case
+// notifications were lost) and sweeps retention.
 func (d *Driver) maintain(ctx context.Context) {
 	poll := time.NewTicker(d.cfg.PollInterval)
 	defer poll.Stop()
-	due := time.NewTimer(d.cfg.PollInterval)
+	due := time.NewTimer(0) // what fell due while no process ran
 	defer due.Stop()
+	spacing := time.NewTimer(0)
+	defer spacing.Stop()
+	var kick <-chan struct{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
 			d.poll(ctx)
+			due.Reset(d.applyDue(ctx))
 		case <-due.C:
-		case <-d.kick:
+			due.Reset(d.applyDue(ctx))
+		case <-spacing.C:
+			kick = d.kick
+		case <-kick:
+			if next, ok := d.nextDue(ctx); ok {
+				due.Reset(next)
+			}
+			kick = nil
+			spacing.Reset(kickSpacing)
 		}
-		next := d.applyDue(ctx)
-		due.Reset(next)
 	}
 }
+
+// kickSpacing is the least time between two looks at the next due time
+// prompted by notifications.
+const kickSpacing = 20 * time.Millisecond
 
 // applyDue applies the due transitions and returns the time to the next
 // one (at most PollInterval).
 func (d *Driver) applyDue(ctx context.Context) time.Duration {
-	now := d.now()
 	var n int64
-	if err := d.db.QueryRow(ctx, d.q.due, now).Scan(&n); err != nil {
+	if err := d.db.QueryRow(ctx, d.q.due, d.now()).Scan(&n); err != nil {
 		d.logErr(ctx, "apply due transitions", err)
 		return d.cfg.PollInterval
 	}
 	if n > 0 {
 		d.signalReady()
 	}
+	next, _ := d.nextDue(ctx)
+	return next
+}
+
+// nextDue returns the time to the next due transition, at most
+// PollInterval, and false on error.
+func (d *Driver) nextDue(ctx context.Context) (time.Duration, bool) {
 	var us *int64
-	if err := d.db.QueryRow(ctx, d.q.nextDue, now).Scan(&us); err != nil {
+	if err := d.db.QueryRow(ctx, d.q.nextDue, d.now()).Scan(&us); err != nil {
 		d.logErr(ctx, "next due time", err)
-		return d.cfg.PollInterval
+		return d.cfg.PollInterval, false
 	}
 	if us == nil {
-		return d.cfg.PollInterval
+		return d.cfg.PollInterval, true
 	}
-	return min(max(time.Duration(*us)*time.Microsecond, time.Millisecond), d.cfg.PollInterval)
+	return min(max(time.Duration(*us)*time.Microsecond, 5*time.Millisecond), d.cfg.PollInterval), true
 }
 
 // poll is the fallback for lost notifications, and the retention sweep.

@@ -1,0 +1,149 @@
+package pgqueue
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Group commit. Every write commits, and a commit waits for the WAL to
+// reach the disk; a commit that notifies also holds PostgreSQL's global
+// notify lock until then, so notifying transactions commit one at a
+// time. Writes made at the same time by the goroutines of one process
+// (concurrent lessees) therefore share one transaction: while one group
+// is in flight the next waits, and its first member then sends every
+// waiting write in one pipeline (one round trip, one implicit
+// transaction, one commit). Each write's statements are independent of
+// the others' (each rechecks its rows), so a group means the same as its
+// members run one after the other. If the group fails (a deadlock with
+// another process, a constraint), its transaction rolls back and each
+// member runs again alone, so that one member's failure is its own.
+
+// genericPlans makes the transaction run the driver's prepared
+// statements with their generic plans: planning a long statement for its
+// parameters each time (a custom plan, which PostgreSQL keeps choosing
+// for these) costs more than running it, and the generic plans are as
+// good (every filter is an index condition or a cheap filter on the
+// small buckets table). It is local to the transaction: the pool's
+// connections, which are the user's, keep their settings.
+const genericPlans = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+// op is one call's statements: queue adds them to a batch, read reads
+// their results in the same order and keeps them (it returns only
+// errors of the database; what they mean is the caller's to decide
+// afterwards).
+type op struct {
+	ctx   context.Context
+	queue func(b *pgx.Batch)
+	read  func(br pgx.BatchResults) error
+	err   error
+	done  chan struct{}
+	lead  chan struct{}
+}
+
+// grouper runs ops in groups, one group at a time.
+type grouper struct {
+	mu      sync.Mutex
+	pending []*op
+	busy    bool
+}
+
+// run runs o (possibly in a group) and returns its database error.
+func (d *Driver) run(ctx context.Context, o *op) error {
+	o.ctx, o.done, o.lead = ctx, make(chan struct{}), make(chan struct{})
+	g := &d.group
+	g.mu.Lock()
+	g.pending = append(g.pending, o)
+	if g.busy {
+		g.mu.Unlock()
+		select {
+		case <-o.done:
+			return o.err
+		case <-o.lead: // the previous group is done; lead the next
+		}
+	} else {
+		g.busy = true
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	ops := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+
+	d.runGroup(ctx, ops)
+
+	g.mu.Lock()
+	if len(g.pending) > 0 {
+		close(g.pending[0].lead)
+	} else {
+		g.busy = false
+	}
+	g.mu.Unlock()
+	return o.err
+}
+
+// runGroup runs ops in one transaction (or each alone when that fails)
+// and closes their done channels, o's last (the caller's own, which
+// nobody waits on).
+func (d *Driver) runGroup(ctx context.Context, ops []*op) {
+	live := ops[:0:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+		} else {
+			live = append(live, o)
+		}
+	}
+	if len(live) == 1 {
+		live[0].err = d.runAlone(live[0])
+	} else if len(live) > 1 {
+		// The group runs for every member: the leader's cancellation
+		// must not fail the others.
+		gctx := context.WithoutCancel(ctx)
+		b := &pgx.Batch{}
+		b.Queue(genericPlans)
+		for _, o := range live {
+			o.queue(b)
+		}
+		br := d.db.SendBatch(gctx, b)
+		_, err := br.Exec()
+		for _, o := range live {
+			if err != nil {
+				break
+			}
+			if err = o.read(br); err != nil {
+				break
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		for _, o := range live {
+			if err != nil {
+				o.err = d.runAlone(o) // rolled back: each alone
+			} else {
+				o.err = nil
+			}
+		}
+	}
+	for _, o := range ops {
+		close(o.done)
+	}
+}
+
+// runAlone runs o in a transaction of its own.
+func (d *Driver) runAlone(o *op) error {
+	b := &pgx.Batch{}
+	b.Queue(genericPlans)
+	o.queue(b)
+	br := d.db.SendBatch(o.ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = o.read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
