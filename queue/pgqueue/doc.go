@@ -2,7 +2,88 @@
 // pool processes share one queue and every job survives a restart.
 //
 // Call [Migrate] once at start-up (any number of processes may) to create
-// or update the tables in a schema of their own.
+// or update the tables in a schema of their own, then build a [Driver]
+// over your pool and hand it to the queue:
+//
+//	db, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	...
+//	if err := pgqueue.Migrate(ctx, db, ""); err != nil { ... } // schema "comfypool"
+//	d, err := pgqueue.New(db, nil)
+//	if err != nil { ... }
+//	q := queue.New(d) // q.Close() closes d, never db
+//	p, err := pool.New(&pool.Config{Queue: q, ...})
+//
+// The Driver does not own db: Close stops its goroutines and its listener
+// connection and leaves the pool to you. Its queries name the schema
+// (they never rely on the pool's search_path), so the pool may be the one
+// your application uses.
+//
+// # What is shared
+//
+// Everything of the queue lives in the schema and is shared by every
+// process on it: the jobs and their attempts, the workflow bodies
+// ([queue.Driver.PutWorkflow]), the pauses ([queue.Queue.SetPaused]) and the
+// capability sets lessees declare. A process that runs no backend can
+// enqueue, list, watch and cancel. What stays in one process is only its
+// own wake-ups and subscriptions.
+//
+// # The schema
+//
+// The migrations (migrations/*.sql, embedded) are the documentation of
+// the tables: jobs, attempts, workflows, buckets, pauses and caps. A
+// job's routing properties (workflow, priority, required tags, needs,
+// excluded backends) name a bucket, one row per distinct combination;
+// [queue.Driver.Lease] chooses among the buckets the lessee may take from
+// and reads only their heads (an index on bucket, age), so queued jobs
+// that a lessee may not run (another workflow, a tag it lacks, an
+// exclusion of it, a paused scope) cost it nothing however many they are.
+// It takes the job with FOR UPDATE SKIP LOCKED in the statement that
+// leases it, so concurrent lessees in any number of processes never
+// lease one job twice. Buckets are never deleted; there are as many as
+// combinations, not jobs.
+//
+// The queue is unbounded (no capacity: Enqueue never returns a
+// *queue.FullError). Finished jobs stay until [queue.Queue.Purge] or,
+// when [Config].Retention is set, a background sweep deletes them.
+//
+// # Time
+//
+// Every time the driver writes or compares comes from the database's
+// clock, so processes whose clocks disagree still agree on lease expiry
+// and retry delays. Due transitions (an expired lease taken back, counting
+// an attempt, or dead-lettering the job; a retry delay elapsed) are
+// applied by every Driver's timer, set on the next due time, with SKIP
+// LOCKED so that processes do not collide; a token operation with an
+// expired lease gets [queue.ErrLeaseLost] even before that.
+//
+// # Notifications and the poll fallback
+//
+// Each Driver holds one connection of its own (not from db's pool) that
+// LISTENs on the schema's channel. A trigger on jobs announces every
+// state change and attempt record as "id:state:version", with pg_notify
+// in the writing transaction, so the notification goes out at commit,
+// also for [Driver.EnqueueTx] in your transaction and for COPY batches.
+// They drive [Driver.Ready] (new or returned work) and [Driver.Subscribe]
+// (so [queue.Queue.Subscribe] and the pool's Watch and Wait work from
+// any process). When the listener's connection drops, the Driver
+// reconnects, and every subscriber receives a Change with Gap set (re-read
+// what you follow). Every [Config].PollInterval the Driver also fires
+// Ready when queued jobs exist, in case notifications were lost.
+//
+// A transaction-mode pooler (PgBouncer with pool_mode=transaction) does
+// not carry LISTEN: point the pool at it if you must, but then Ready
+// works only by polling (each PollInterval) and Subscribe receives
+// nothing; give the Driver a direct connection for notifications by
+// giving New a pool on the server itself.
+//
+// # Throughput
+//
+// A commit waits for the WAL to reach the disk, and PostgreSQL commits
+// notifying transactions one at a time. So the writes that the goroutines
+// of one process make at the same time (Lease, Extend, Begin, Complete,
+// Fail, Requeue, Cancel, Retry) share one transaction, sent as one
+// pipeline: while a group is in flight the next gathers. If a group
+// fails, each of its writes runs again alone.
 //
 // # DAG executions
 //
@@ -20,4 +101,11 @@
 //	store, _ := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema})
 //	ex, _ := dag.New(&dag.Config{Runner: p, Store: store, Owner: hostname})
 //	resumed, err := ex.ResumeAbandoned(ctx, nil)
+//
+// # Errors
+//
+// Errors of the database are wrapped ("pgqueue: lease: ...") and marked
+// with [queue.Retryable] when the same call may succeed later (a lost
+// connection, a serialization failure or deadlock, a server starting or
+// shutting down). They never contain the connection's password.
 package pgqueue
