@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -224,12 +226,10 @@ func retryable(err error) bool {
 		return true
 	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	// A connection that broke mid-call (io.EOF, reset).
-	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "unexpected EOF") ||
-		strings.Contains(err.Error(), "connection reset")
+	var ne net.Error
+	// A refused or broken connection, before or during the call.
+	return errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // Ready implements [queue.Notifier].

@@ -171,24 +171,33 @@ func (d *Driver) Extend(ctx context.Context, id, token string, dur time.Duration
 		tok = uuid.Nil
 	}
 	now := d.now()
-	b := &pgx.Batch{}
-	due := d.queueDue(b, now)
-	b.Queue(d.q.extend, now, uid, tok, dur.Microseconds())
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM `+d.schema+`.jobs WHERE id = $1)`, uid)
-	br := d.db.SendBatch(ctx, b)
-	defer br.Close()
-	if err := execDue(br, due); err != nil {
-		return nil, d.wrap("extend", err)
-	}
-	j, err := scanJob(br.QueryRow())
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, d.wrap("extend", err)
-	}
-	var exists bool
-	if err := br.QueryRow().Scan(&exists); err != nil {
-		return nil, d.wrap("extend", err)
-	}
-	if err := br.Close(); err != nil {
+	var (
+		due    bool
+		j      *queue.Job
+		exists bool
+	)
+	err := d.run(ctx, &op{
+		queue: func(b *pgx.Batch) {
+			due = d.queueDue(b, now)
+			b.Queue(d.q.extend, now, uid, tok, dur.Microseconds())
+			b.Queue(`SELECT EXISTS (SELECT 1 FROM `+d.schema+`.jobs WHERE id = $1)`, uid)
+		},
+		read: func(br pgx.BatchResults) error {
+			if err := execDue(br, due); err != nil {
+				return err
+			}
+			var err error
+			j, err = scanJob(br.QueryRow())
+			if errors.Is(err, pgx.ErrNoRows) {
+				j, err = nil, nil
+			}
+			if err != nil {
+				return err
+			}
+			return br.QueryRow().Scan(&exists)
+		},
+	})
+	if err != nil {
 		return nil, d.wrap("extend", err)
 	}
 	switch {
