@@ -33,7 +33,7 @@ func BenchmarkLeaseComplete(b *testing.B) {
 	for _, lessees := range []int{1, 4, 16} {
 		b.Run(fmt.Sprint("lessees=", lessees), func(b *testing.B) {
 			db := pgtest.Pool(b, int32(lessees+2))
-			q := queue.New(open(b, db, pgqueue.Config{Schema: migrated(b, db)}))
+			q := queue.New(openDriver(b, db, pgqueue.Config{Schema: migratedSchema(b, db)}))
 			fill(b, q, b.N+lessees, func(int) queue.EnqueueParams { return queue.EnqueueParams{Workflow: "w"} })
 			var left atomic.Int64
 			left.Store(int64(b.N))
@@ -68,8 +68,8 @@ func BenchmarkLeaseSkew(b *testing.B) {
 	for _, skew := range []string{"none", "workflow", "tag", "excluded"} {
 		b.Run(skew, func(b *testing.B) {
 			db := pgtest.Pool(b, 4)
-			schema := migrated(b, db)
-			q := queue.New(open(b, db, pgqueue.Config{Schema: schema}))
+			schema := migratedSchema(b, db)
+			q := queue.New(openDriver(b, db, pgqueue.Config{Schema: schema}))
 			if skew != "none" {
 				fill(b, q, 100_000, func(int) queue.EnqueueParams {
 					switch skew {

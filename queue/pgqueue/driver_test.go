@@ -19,16 +19,16 @@ import (
 	"github.com/comfypool/comfypool/queue/pgqueue/internal/pgtest"
 )
 
-// migrated returns a new migrated schema on db.
-func migrated(t testing.TB, db *pgxpool.Pool) string {
+// migratedSchema returns a new migrated schema on db.
+func migratedSchema(t testing.TB, db *pgxpool.Pool) string {
 	t.Helper()
 	schema := pgtest.Schema(t, db)
 	require.NoError(t, pgqueue.Migrate(t.Context(), db, schema))
 	return schema
 }
 
-// open returns a driver on schema, closed at cleanup.
-func open(t testing.TB, db *pgxpool.Pool, cfg pgqueue.Config) *pgqueue.Driver {
+// openDriver returns a driver on schema, closed at cleanup.
+func openDriver(t testing.TB, db *pgxpool.Pool, cfg pgqueue.Config) *pgqueue.Driver {
 	t.Helper()
 	d, err := pgqueue.New(db, &cfg)
 	require.NoError(t, err)
@@ -58,9 +58,9 @@ func nextChange(t *testing.T, ch <-chan queue.Change) queue.Change {
 func TestTwoDrivers(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 8)
-	schema := migrated(t, db)
-	q1 := queue.New(open(t, db, pgqueue.Config{Schema: schema}))
-	q2 := queue.New(open(t, db, pgqueue.Config{Schema: schema}))
+	schema := migratedSchema(t, db)
+	q1 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema}))
+	q2 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema}))
 	ctx := t.Context()
 
 	ch, stop, err := q2.Subscribe(ctx, 1024)
@@ -116,7 +116,7 @@ func TestTwoDrivers(t *testing.T) {
 func TestEnqueueTx(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	d := open(t, db, pgqueue.Config{Schema: migrated(t, db)})
+	d := openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db)})
 	q := queue.New(d)
 	ctx := t.Context()
 	ch, stop, err := q.Subscribe(ctx, 64)
@@ -166,12 +166,12 @@ func TestEnqueueTx(t *testing.T) {
 func TestStaleLease(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	schema := migrated(t, db)
+	schema := migratedSchema(t, db)
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	q1 := queue.New(open(t, db, pgqueue.Config{Schema: schema, Test: pgqueue.TestConfig{Now: clock}}))
-	q2 := queue.New(open(t, db, pgqueue.Config{Schema: schema, Test: pgqueue.TestConfig{Now: clock}}))
+	q1 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema, Test: pgqueue.TestConfig{Now: clock}}))
+	q2 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema, Test: pgqueue.TestConfig{Now: clock}}))
 	ctx := t.Context()
 
 	j, err := q1.Enqueue(ctx, queue.EnqueueParams{})
@@ -212,7 +212,7 @@ func TestStaleLease(t *testing.T) {
 func TestListenerReconnect(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	d := open(t, db, pgqueue.Config{Schema: migrated(t, db)})
+	d := openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db)})
 	q := queue.New(d)
 	ctx := t.Context()
 	ch, stop, err := q.Subscribe(ctx, 16)
@@ -236,7 +236,7 @@ func TestListenerReconnect(t *testing.T) {
 func TestEnqueueIDsCopy(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	q := queue.New(open(t, db, pgqueue.Config{Schema: migrated(t, db)}))
+	q := queue.New(openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db)}))
 	ctx := t.Context()
 	require.NoError(t, q.PutWorkflow(ctx, "tpl", []byte("body")))
 
@@ -281,7 +281,7 @@ func TestEnqueueIDsCopy(t *testing.T) {
 func TestReadyWhenDue(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	d := open(t, db, pgqueue.Config{Schema: migrated(t, db), PollInterval: time.Hour})
+	d := openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db), PollInterval: time.Hour})
 	q := queue.New(d)
 	ctx := t.Context()
 	_, err := q.Enqueue(ctx, queue.EnqueueParams{})
@@ -316,7 +316,7 @@ func TestRetention(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	q := queue.New(open(t, db, pgqueue.Config{Schema: migrated(t, db), Retention: time.Minute,
+	q := queue.New(openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db), Retention: time.Minute,
 		PollInterval: 20 * time.Millisecond, Test: pgqueue.TestConfig{Now: clock}}))
 	ctx := t.Context()
 	done, err := q.Enqueue(ctx, queue.EnqueueParams{})
@@ -367,7 +367,7 @@ func TestErrorsHideThePassword(t *testing.T) {
 func TestLeaseExpiresOnTimer(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 4)
-	q := queue.New(open(t, db, pgqueue.Config{Schema: migrated(t, db), PollInterval: time.Hour}))
+	q := queue.New(openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db), PollInterval: time.Hour}))
 	ctx := t.Context()
 	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
 	require.NoError(t, err)
