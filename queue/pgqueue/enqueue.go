@@ -91,6 +91,10 @@ func (d *Driver) enqueue(ctx context.Context, db querier, p *queue.EnqueueParams
 	if err == nil {
 		return j, nil
 	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: purged meanwhile
+		return nil, fmt.Errorf("pgqueue: enqueue: workflow %q: %w", p.WorkflowKey, queue.ErrNotFound)
+	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, d.wrap("enqueue", err)
 	}
