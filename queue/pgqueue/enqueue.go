@@ -65,6 +65,12 @@ func (d *Driver) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Jo
 // Enqueue's (a *queue.DuplicateError, an error wrapping queue.ErrNotFound
 // for a WorkflowKey not stored, queue.ErrInvalid), and none of them aborts
 // tx. It returns the new job's ID.
+//
+// The first job of a new combination of routing properties (workflow,
+// priority, tags, needs, exclusions) makes its bucket in a short
+// transaction of its own on the Driver's pool, so that a rollback of tx
+// never leaves the Driver naming a bucket that does not exist: with a
+// pool of one connection, held by tx, that would wait for the pool.
 func (d *Driver) EnqueueTx(ctx context.Context, tx pgx.Tx, p queue.EnqueueParams) (string, error) {
 	if err := d.check(ctx); err != nil {
 		return "", err
