@@ -68,13 +68,17 @@
 // any process). When the listener's connection drops, the Driver
 // reconnects, and every subscriber receives a Change with Gap set (re-read
 // what you follow). Every [Config].PollInterval the Driver also fires
-// Ready when queued jobs exist, in case notifications were lost.
+// Ready when queued jobs exist, and sends itself a ping through the
+// channel: when a ping has not come back two intervals later,
+// notifications are being lost without the connection failing, and
+// every subscriber gets a Gap each interval until pings come back.
 //
 // A transaction-mode pooler (PgBouncer with pool_mode=transaction) does
-// not carry LISTEN: point the pool at it if you must, but then Ready
-// works only by polling (each PollInterval) and Subscribe receives
-// nothing; give the Driver a direct connection for notifications by
-// giving New a pool on the server itself.
+// not carry LISTEN. Through one, the Driver still works by polling:
+// Ready fires each PollInterval while jobs are queued, and subscribers
+// get a Gap each PollInterval (so Watch and Wait re-read their jobs).
+// For prompt wake-ups give New a pool on the server itself (the listener
+// takes its connection settings from the pool's).
 //
 // # Throughput
 //

@@ -12,8 +12,10 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -79,6 +81,12 @@ type Driver struct {
 
 	group grouper // writes sharing a transaction (driver_group.go)
 
+	// The check that notifications arrive (see poll).
+	pingID             string
+	pingSent, pingSeen atomic.Uint64
+	notesLost          bool        // maintain's own
+	dropNotes          atomic.Bool // tests: lose every notification
+
 	ready chan struct{}
 	kick  chan struct{} // wakes the maintenance loop (coalesced)
 	subMu sync.Mutex
@@ -126,6 +134,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		ready:   make(chan struct{}, 1),
 		kick:    make(chan struct{}, 1),
 		subs:    map[*subscription]struct{}{},
+		pingID:  uuid.NewString(),
 	}
 	d.q = buildQueries(d.schema)
 	ctx, cancelNew := context.WithTimeout(context.Background(), ConnectTimeout)

@@ -395,3 +395,40 @@ func TestLeaseExpiresOnTimer(t *testing.T) {
 		return
 	}
 }
+
+// TestLostNotificationsGiveGaps: when notifications stop arriving (a
+// transaction-mode pooler, say) without the connection failing, the
+// driver notices that its own pings do not come back and gives every
+// subscriber a Gap each poll interval, so that watchers re-read; when
+// they arrive again, changes flow.
+func TestLostNotificationsGiveGaps(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Pool(t, 4)
+	d := openDriver(t, db, pgqueue.Config{Schema: migratedSchema(t, db), PollInterval: 30 * time.Millisecond})
+	q := queue.New(d)
+	ctx := t.Context()
+	ch, stop, err := q.Subscribe(ctx, 16)
+	require.NoError(t, err)
+	defer stop()
+
+	d.DropNotifications(true)
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	c := nextChange(t, ch)
+	require.True(t, c.Gap, "lost notifications are a gap: %+v", c)
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, queue.StateQueued, got.State, "what a watcher reads after the gap")
+
+	d.DropNotifications(false)
+	k, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	for {
+		c := nextChange(t, ch)
+		if c.JobID == k.ID {
+			assert.Equal(t, queue.Change{JobID: k.ID, State: queue.StateQueued, Version: 1}, c)
+			return
+		}
+		require.True(t, c.Gap || c.JobID == j.ID, "only gaps before: %+v", c)
+	}
+}

@@ -11,3 +11,7 @@ func MigrationCount() int {
 
 // Channel returns the driver's LISTEN/NOTIFY channel.
 func (d *Driver) Channel() string { return d.channel }
+
+// DropNotifications makes the listener lose (or stop losing) every
+// notification, as behind a transaction-mode pooler.
+func (d *Driver) DropNotifications(drop bool) { d.dropNotes.Store(drop) }

@@ -45,7 +45,9 @@ func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err == nil {
-			d.dispatch(n.Payload)
+			if !d.dropNotes.Load() {
+				d.dispatch(n.Payload)
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -79,6 +81,13 @@ func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
 // dispatch handles one notification: "id:state:version" for a job
 // change, "resume" for a resumed pause scope.
 func (d *Driver) dispatch(payload string) {
+	if rest, ok := strings.CutPrefix(payload, "ping:"); ok {
+		id, n, _ := strings.Cut(rest, ":")
+		if v, err := strconv.ParseUint(n, 10, 64); err == nil && id == d.pingID && v > d.pingSeen.Load() {
+			d.pingSeen.Store(v)
+		}
+		return
+	}
 	id, rest, ok1 := strings.Cut(payload, ":")
 	state, ver, ok2 := strings.Cut(rest, ":")
 	v, err := strconv.ParseUint(ver, 10, 64)
@@ -245,12 +254,39 @@ func (d *Driver) nextDue(ctx context.Context) (time.Duration, bool) {
 }
 
 // poll is the fallback for lost notifications, and the retention sweep.
+// It fires Ready when queued jobs exist. And it checks that notifications
+// arrive: each poll sends this driver a ping through the channel; when
+// one has not come back two polls later, notifications are
+// being lost (a transaction-mode pooler between the listener and the
+// server, say), so every subscriber gets a Gap (re-read what you follow),
+// each PollInterval until pings come back.
 func (d *Driver) poll(ctx context.Context) {
 	var queued bool
 	if err := d.db.QueryRow(ctx, d.q.queuedExists).Scan(&queued); err != nil {
 		d.logErr(ctx, "poll", err)
 	} else if queued {
 		d.signalReady()
+	}
+	if sent := d.pingSent.Load(); sent > 1 {
+		// The ping before last had a whole interval to come back.
+		lost := d.pingSeen.Load() < sent-1
+		if lost {
+			d.broadcastGap()
+			d.signalReady()
+		}
+		if lost != d.notesLost {
+			d.notesLost = lost
+			if lost {
+				d.log.WarnContext(ctx, "pgqueue: notifications are not arriving; subscribers get a gap every poll interval")
+			} else {
+				d.log.InfoContext(ctx, "pgqueue: notifications arrive again")
+			}
+		}
+	}
+	n := d.pingSent.Add(1)
+	if _, err := d.db.Exec(ctx, `SELECT pg_notify($1, $2)`, d.channel, "ping:"+d.pingID+":"+strconv.FormatUint(n, 10)); err != nil {
+		d.pingSent.Store(n - 1) // no ping went out: nothing to miss
+		d.logErr(ctx, "ping", err)
 	}
 	if d.cfg.Retention > 0 {
 		if _, err := d.db.Exec(ctx, d.q.retention, d.now(), d.cfg.Retention.Microseconds()); err != nil {
