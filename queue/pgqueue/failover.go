@@ -199,7 +199,8 @@ func (f *Failover) Blocked() map[failover.Key]time.Time {
 }
 
 // Unblocked implements pool.UnblockNotifier: it receives a value when a
-// block in the view ended or was cleared.
+// block in the view ended or was cleared, before that EventUnblocked
+// reaches OnEvent.
 func (f *Failover) Unblocked() <-chan struct{} { return f.unblocked }
 
 // nowLocked is the database's clock as this process estimates it.
@@ -385,16 +386,18 @@ func (f *Failover) expire() {
 	}
 }
 
-// emit passes ev to OnEvent, and wakes Unblocked's reader for an unblock.
+// emit wakes Unblocked's reader for an unblock, then passes ev to
+// OnEvent: in this order, whoever learns of an unblock from the event
+// finds Unblocked fired (the view changed before emit was called).
 func (f *Failover) emit(ev failover.Event) {
-	if f.onEvent != nil {
-		f.onEvent(ev)
-	}
 	if ev.Kind == failover.EventUnblocked {
 		select {
 		case f.unblocked <- struct{}{}:
 		default:
 		}
+	}
+	if f.onEvent != nil {
+		f.onEvent(ev)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +230,56 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// By the time OnEvent receives an EventUnblocked, Unblocked has fired: a
+// reader woken by the event finds the pair allowed and the wake-up
+// there, whichever of the two it looks at first. This holds for the end
+// of a block this process cleared and for one another process cleared.
+func TestFailoverUnblockedFiresBeforeEvent(t *testing.T) {
+	t.Parallel()
+	db, schema := migrated(t, 6)
+	type seen struct {
+		kind  failover.EventKind
+		fired bool
+	}
+	watch := func() (*pgqueue.Failover, chan seen) {
+		var f atomic.Pointer[pgqueue.Failover]
+		got := make(chan seen, 8)
+		cfg := failover.Config{OnEvent: func(e failover.Event) {
+			s := seen{kind: e.Kind}
+			if e.Kind == failover.EventUnblocked {
+				select {
+				case <-f.Load().Unblocked():
+					s.fired = true
+				default:
+				}
+			}
+			got <- s
+		}}
+		fo, err := pgqueue.NewFailover(t.Context(), db, &pgqueue.FailoverConfig{Schema: schema, Failover: &cfg, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		f.Store(fo)
+		t.Cleanup(func() { require.NoError(t, fo.Close(context.Background())) })
+		return fo, got
+	}
+	next := func(ch chan seen) seen {
+		t.Helper()
+		select {
+		case s := <-ch:
+			return s
+		case <-time.After(bound):
+			t.Fatal("no failover event")
+			return seen{}
+		}
+	}
+	a, aSeen := watch()
+	b, bSeen := watch()
+	a.RecordFailure(pairA, errBackend)
+	require.Equal(t, failover.EventBlocked, next(aSeen).kind)
+	require.Equal(t, failover.EventBlocked, next(bSeen).kind)
+
+	b.RecordSuccess(pairA)
+	assert.Equal(t, seen{kind: failover.EventUnblocked, fired: true}, next(bSeen), "cleared here")
+	assert.Equal(t, seen{kind: failover.EventUnblocked, fired: true}, next(aSeen), "cleared by the other process")
 }
