@@ -129,9 +129,11 @@ type Config struct {
 	// FailoverStrategy, if set, replaces the SmartFailover built from
 	// Failover (which is then ignored). The Pool does not close it. The
 	// Pool re-checks blocked pairs whenever its dispatcher wakes; implement
-	// UnblockNotifier so that the end of a block wakes it by itself.
-	// client:blocked_workflow and client:unblocked_workflow events come
-	// only from the built-in SmartFailover.
+	// UnblockNotifier so that the end of a block wakes it by itself, and
+	// FailoverEventSource so that its blocks and unblocks are published
+	// as client:blocked_workflow and client:unblocked_workflow events
+	// (without it, those events come only from the built-in
+	// SmartFailover).
 	FailoverStrategy failover.Strategy
 
 	// BackendLeases, when set, makes this Pool drive a backend only while

@@ -136,7 +136,10 @@
 // PreferBackends and ExcludeBackends per job. Config.FailoverStrategy
 // replaces the SmartFailover; one that implements [UnblockNotifier] wakes
 // the dispatcher when a block ends, one that implements [BlockLister]
-// has its blocks honoured for every job, also those other Pools enqueued.
+// has its blocks honoured for every job, also those other Pools enqueued,
+// and one that implements [FailoverEventSource] has its blocks and
+// unblocks published as client:blocked_workflow and
+// client:unblocked_workflow events.
 //
 // # Several processes
 //
@@ -159,7 +162,8 @@
 //   - failover blocks: a Config.FailoverStrategy kept in the database
 //     (one that is a [BlockLister] too), so a (backend, workflow) pair
 //     blocked by one process is skipped by all and a restart remembers
-//     it.
+//     it; pgqueue's Failover is a [FailoverEventSource] too, so every
+//     Pool's subscribers see the blocks any process records.
 //
 // Warm affinity (which workflow a backend ran last), retained outcomes
 // and event subscriptions stay per process.

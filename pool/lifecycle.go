@@ -48,6 +48,9 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 		return nil
 	}
 	p.started = true
+	if src, ok := p.fo.(FailoverEventSource); ok && p.ownFo == nil {
+		p.unsubFo = src.SubscribeEvents(p.publishFailover)
+	}
 	list := p.list()
 	for _, b := range list {
 		p.wg.Go(func() { p.watch(b) })
@@ -188,6 +191,13 @@ func (p *WorkflowPool) finishStop() {
 	p.stopLeases()
 	if p.ownFo != nil {
 		p.ownFo.Close()
+	}
+	p.mu.Lock()
+	unsub := p.unsubFo
+	p.unsubFo = nil
+	p.mu.Unlock()
+	if unsub != nil {
+		unsub() // the Strategy outlives the Pool
 	}
 	p.closeClients()
 	// The Pool's own queue stays readable (Job, Wait, List answer from

@@ -129,6 +129,24 @@ type UnblockNotifier interface {
 	Unblocked() <-chan struct{}
 }
 
+// FailoverEventSource is an optional interface of a
+// Config.FailoverStrategy that reports its blocks and unblocks. The Pool
+// publishes each event the Strategy gives fn as it publishes its own
+// SmartFailover's: a client:blocked_workflow or client:unblocked_workflow
+// event with Event.Failover set (and an unblock wakes the dispatcher).
+// Without it, a custom Strategy's blocks publish nothing.
+//
+// A Pool subscribes when it starts and calls unsubscribe when its Stop
+// finishes; one Strategy may serve several Pools at once, each with its
+// own subscription. fn is safe for concurrent use, returns promptly
+// (the Pool's bus drops events for a subscriber that lags) and takes no
+// lock of the Pool's, so the Strategy may call it from any goroutine
+// holding locks of its own. After unsubscribe returns the Strategy must
+// not call fn again. queue/pgqueue's Failover implements it.
+type FailoverEventSource interface {
+	SubscribeEvents(fn func(failover.Event)) (unsubscribe func())
+}
+
 // BlockLister is an optional interface of a Config.FailoverStrategy:
 // Blocked returns the (backend, workflow) pairs blocked now, with when
 // each block ends. With it, a backend's leases exclude every workflow

@@ -32,6 +32,9 @@ type WorkflowPool struct {
 	ownQueue bool
 	fo       failover.Strategy
 	ownFo    *failover.SmartFailover // fo when the Pool built it; closed in Stop
+	// unsubFo ends the subscription to a Config.FailoverStrategy's events
+	// (FailoverEventSource) that Start made; nil when none. Guarded by mu.
+	unsubFo func()
 	// backends is an immutable snapshot (see list), swapped under mu.
 	backends    atomic.Pointer[[]*backend]
 	nextIndex   int           // guarded by mu
@@ -135,13 +138,7 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		p.mu.Lock()
 		p.noteBlockLocked(e)
 		p.mu.Unlock()
-		kind := EventClientBlockedWorkflow
-		if e.Kind == failover.EventUnblocked {
-			kind = EventClientUnblockedWorkflow
-			p.poke()
-		}
-		ev := e
-		p.events.publish(Event{Kind: kind, Backend: e.Key.Backend, Failover: &ev})
+		p.publishFailover(e)
 	}
 	fo, err := failover.New(&fc)
 	if err != nil {
@@ -180,6 +177,20 @@ func (p *WorkflowPool) dropWarner() func() {
 			p.log.Warn("event dropped: a subscriber is not keeping up", "dropped_total", p.events.dropped.Load())
 		}
 	}
+}
+
+// publishFailover publishes a failover event on the bus, and wakes the
+// dispatcher for an unblock. It is where every failover event becomes a
+// Pool event: the own SmartFailover's (its OnEvent) and those of a
+// Config.FailoverStrategy that is a FailoverEventSource (Start subscribes
+// it). It takes no lock but the bus's.
+func (p *WorkflowPool) publishFailover(e failover.Event) {
+	kind := EventClientBlockedWorkflow
+	if e.Kind == failover.EventUnblocked {
+		kind = EventClientUnblockedWorkflow
+		p.poke()
+	}
+	p.events.publish(Event{Kind: kind, Backend: e.Key.Backend, Failover: &e})
 }
 
 // poke wakes the dispatcher.
