@@ -38,9 +38,12 @@ const DefaultFailoverRefresh = 30 * time.Second
 // RecordFailure and RecordSuccess is one short transaction.
 //
 // Give it to pool.Config.FailoverStrategy. It implements
-// pool.UnblockNotifier (a block's end wakes the Pool's dispatcher) and
+// pool.UnblockNotifier (a block's end wakes the Pool's dispatcher),
 // pool.BlockLister (a Pool excludes every blocked workflow, also those of
-// jobs other processes enqueued). It is safe for concurrent use; Close
+// jobs other processes enqueued) and pool.FailoverEventSource (each Pool
+// it serves publishes the blocks and unblocks OnEvent receives, those
+// other processes decided included, as client:blocked_workflow and
+// client:unblocked_workflow events). It is safe for concurrent use; Close
 // stops it (the Pool does not). It does not close db.
 type Failover struct {
 	rules   *failover.Rules
@@ -52,8 +55,13 @@ type Failover struct {
 	log     *slog.Logger
 
 	unblocked chan struct{} // 1-buffered, coalescing
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// subs are SubscribeEvents' functions. subMu is read-locked while
+	// emit calls them, so that an unsubscribe returns only once its
+	// function is no longer called.
+	subMu  sync.RWMutex
+	subs   map[*func(failover.Event)]struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	blocked map[failover.Key]time.Time // the view: blocks in force, until (database clock)
@@ -87,9 +95,10 @@ type FailoverConfig struct {
 }
 
 var (
-	_ failover.Strategy    = (*Failover)(nil)
-	_ pool.UnblockNotifier = (*Failover)(nil)
-	_ pool.BlockLister     = (*Failover)(nil)
+	_ failover.Strategy        = (*Failover)(nil)
+	_ pool.UnblockNotifier     = (*Failover)(nil)
+	_ pool.BlockLister         = (*Failover)(nil)
+	_ pool.FailoverEventSource = (*Failover)(nil)
 )
 
 // NewFailover reads the blocks in force from db, then starts following
@@ -123,6 +132,7 @@ func NewFailover(ctx context.Context, db *pgxpool.Pool, cfg *FailoverConfig) (*F
 		log:     c.Logger.With("component", "pgqueue.failover"),
 
 		unblocked: make(chan struct{}, 1),
+		subs:      map[*func(failover.Event)]struct{}{},
 		blocked:   map[failover.Key]time.Time{},
 		shown:     map[failover.Key]time.Time{},
 		writing:   map[failover.Key]int{},
@@ -387,8 +397,9 @@ func (f *Failover) expire() {
 }
 
 // emit wakes Unblocked's reader for an unblock, then passes ev to
-// OnEvent: in this order, whoever learns of an unblock from the event
-// finds Unblocked fired (the view changed before emit was called).
+// OnEvent and to the subscribers: in this order, whoever learns of an
+// unblock from the event finds Unblocked fired (the view changed before
+// emit was called).
 func (f *Failover) emit(ev failover.Event) {
 	if ev.Kind == failover.EventUnblocked {
 		select {
@@ -398,6 +409,36 @@ func (f *Failover) emit(ev failover.Event) {
 	}
 	if f.onEvent != nil {
 		f.onEvent(ev)
+	}
+	f.subMu.RLock()
+	defer f.subMu.RUnlock()
+	for fn := range f.subs {
+		(*fn)(ev)
+	}
+}
+
+// SubscribeEvents implements pool.FailoverEventSource: fn receives, from
+// now on, every event OnEvent receives (see FailoverConfig.Failover):
+// EventBlocked for the blocks this process records and for those it
+// learns of from other processes (when their notification arrives, or
+// at the next refresh if it was lost), EventUnblocked when a block in
+// the view ends or a success anywhere clears it. So every Pool on the
+// schema publishes every block, whichever process decided it. Blocks in
+// force when fn subscribes are not replayed: Blocked lists them.
+//
+// fn is called after OnEvent, from RecordFailure, RecordSuccess, the
+// listener and the view's timer, possibly at once; it must not block
+// nor call unsubscribe. After unsubscribe returns fn is not called
+// again; unsubscribe may be called more than once.
+func (f *Failover) SubscribeEvents(fn func(failover.Event)) (unsubscribe func()) {
+	p := &fn
+	f.subMu.Lock()
+	f.subs[p] = struct{}{}
+	f.subMu.Unlock()
+	return func() {
+		f.subMu.Lock()
+		delete(f.subs, p)
+		f.subMu.Unlock()
 	}
 }
 

@@ -1,6 +1,7 @@
 package pgqueue_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +71,74 @@ func TestFailoverSharedByPools(t *testing.T) {
 	res, err := front.Wait(t.Context(), other2)
 	require.NoError(t, err)
 	assert.Equal(t, "gpu-0", res.Backend)
+}
+
+// Two Pools on one schema, each with the Failover of its process: a
+// block recorded by one process is published on both Pools' buses (the
+// recorder's with its failures and error), and a success recorded by the
+// other clears it on both.
+func TestFailoverEventsOnEveryPoolsBus(t *testing.T) {
+	t.Parallel()
+	db, schema := migrated(t, 6)
+	q := memQueue(t)
+	fcfg := failover.Config{Cooldown: time.Hour}
+	a := newProcess(t, db, schema, fcfg, 0, nil)
+	b := newProcess(t, db, schema, fcfg, 0, nil)
+	kinds := []pool.EventKind{pool.EventClientBlockedWorkflow, pool.EventClientUnblockedWorkflow}
+	aCh, _ := startPool(t, pool.Config{Queue: q, FailoverStrategy: a.f}).Subscribe(kinds...)
+	bCh, _ := startPool(t, pool.Config{Queue: q, FailoverStrategy: b.f}).Subscribe(kinds...)
+	next := func(ch <-chan pool.Event) pool.Event {
+		t.Helper()
+		select {
+		case e := <-ch:
+			require.NotNil(t, e.Failover)
+			return e
+		case <-time.After(bound):
+			t.Fatal("no failover event on the bus")
+			return pool.Event{}
+		}
+	}
+
+	a.f.RecordFailure(pairA, errBackend)
+	e := next(aCh)
+	assert.Equal(t, pool.EventClientBlockedWorkflow, e.Kind)
+	assert.Equal(t, pairA.Backend, e.Backend)
+	assert.Equal(t, 1, e.Failover.Failures)
+	assert.ErrorIs(t, e.Failover.Err, errBackend)
+	e = next(bCh)
+	assert.Equal(t, pool.EventClientBlockedWorkflow, e.Kind, "the other process's Pool publishes it too")
+	assert.Equal(t, &failover.Event{Kind: failover.EventBlocked, Key: pairA, Until: e.Failover.Until}, e.Failover)
+	aUntil, _ := a.f.BlockedUntil(pairA)
+	assert.True(t, aUntil.Equal(e.Failover.Until), "one block, one end")
+
+	b.f.RecordSuccess(pairA)
+	for _, ch := range []<-chan pool.Event{bCh, aCh} {
+		e := next(ch)
+		assert.Equal(t, pool.EventClientUnblockedWorkflow, e.Kind)
+		assert.Equal(t, &failover.Event{Kind: failover.EventUnblocked, Key: pairA}, e.Failover)
+	}
+}
+
+// A function unsubscribed from a Failover's events is not called again;
+// OnEvent and the other subscribers still are.
+func TestFailoverUnsubscribe(t *testing.T) {
+	t.Parallel()
+	db, schema := migrated(t, 4)
+	p := newProcess(t, db, schema, failover.Config{}, 0, nil)
+	var mu sync.Mutex
+	var gone, kept []failover.Event
+	unsubscribe := p.f.SubscribeEvents(func(e failover.Event) { mu.Lock(); gone = append(gone, e); mu.Unlock() })
+	p.f.SubscribeEvents(func(e failover.Event) { mu.Lock(); kept = append(kept, e); mu.Unlock() })
+	p.f.RecordFailure(pairA, errBackend) // emits before it returns
+	unsubscribe()
+	unsubscribe()
+	p.f.RecordSuccess(pairA)
+	assert.Equal(t, failover.EventBlocked, p.next(t).Kind)
+	assert.Equal(t, failover.EventUnblocked, p.next(t).Kind)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, gone, 1)
+	assert.Equal(t, failover.EventBlocked, gone[0].Kind)
+	require.Len(t, kept, 2)
+	assert.Equal(t, failover.EventUnblocked, kept[1].Kind)
 }
