@@ -49,6 +49,13 @@ func ExampleNewBackendLeases() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Each process's Pool publishes the blocks any process records.
+	blocks, _ := p.Subscribe(pool.EventClientBlockedWorkflow, pool.EventClientUnblockedWorkflow)
+	go func() { // ends when the Pool stops (blocks is closed)
+		for e := range blocks {
+			log.Printf("%s: %s on %s", e.Kind, e.Failover.Key.Workflow, e.Backend)
+		}
+	}()
 	if err := p.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
