@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -472,9 +474,9 @@ func (f *Failover) reload(ctx context.Context) error {
 		return nil
 	}
 	f.offset = dbNow.Sub(local)
-	old := f.blocked
+	old := slices.Collect(maps.Keys(f.blocked)) // apply changes f.blocked
 	f.mu.Unlock()
-	for k := range old {
+	for _, k := range old {
 		if _, ok := fresh[k]; !ok {
 			f.apply(k, time.Time{}, nil, false) // cleared while we did not listen
 		}

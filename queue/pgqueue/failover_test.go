@@ -3,6 +3,7 @@ package pgqueue_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -282,4 +283,33 @@ func TestFailoverUnblockedFiresBeforeEvent(t *testing.T) {
 	b.RecordSuccess(pairA)
 	assert.Equal(t, seen{kind: failover.EventUnblocked, fired: true}, next(bSeen), "cleared here")
 	assert.Equal(t, seen{kind: failover.EventUnblocked, fired: true}, next(aSeen), "cleared by the other process")
+}
+
+// A refresh reads the view while this process's own writes change it:
+// the two must not race (the refresh once iterated the live map outside
+// the lock; the multi-process test's race detector caught it).
+func TestFailoverRefreshDuringWrites(t *testing.T) {
+	t.Parallel()
+	db, schema := migrated(t, 6)
+	f, err := pgqueue.NewFailover(t.Context(), db, &pgqueue.FailoverConfig{Schema: schema, RefreshInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close(context.Background())) })
+	var keys []failover.Key
+	for i := range 40 {
+		keys = append(keys, failover.Key{Backend: "gpu", Workflow: fmt.Sprint("wf-", i)})
+	}
+	for round := range 5 {
+		for _, k := range keys {
+			f.RecordFailure(k, errBackend)
+		}
+		for _, k := range keys {
+			require.False(t, f.Allowed(k), "round %d: %v blocked", round, k)
+		}
+		for _, k := range keys {
+			f.RecordSuccess(k)
+		}
+		for _, k := range keys {
+			require.True(t, f.Allowed(k), "round %d: %v unblocked", round, k)
+		}
+	}
 }
