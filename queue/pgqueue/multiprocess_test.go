@@ -365,15 +365,12 @@ func TestKillOnePoolProcess(t *testing.T) {
 	slow := inv
 	slow.Duration = time.Hour
 	var servers []*comfytest.Server
-	var names []string
 	var all []string
 	for i := range 6 {
 		s := comfytest.NewServer(&comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{"ImageInvert": inv, "SlowInvert": slow}})
 		t.Cleanup(s.Close)
 		servers = append(servers, s)
-		name := "gpu-" + strconv.Itoa(i)
-		names = append(names, name)
-		all = append(all, name+"="+s.URL)
+		all = append(all, "gpu-"+strconv.Itoa(i)+"="+s.URL)
 	}
 
 	// This process enqueues, watches, waits and cancels; it drives no
