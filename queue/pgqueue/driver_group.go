@@ -32,14 +32,18 @@ const genericPlans = "SELECT set_config('plan_cache_mode', 'force_generic_plan',
 // op is one call's statements: queue adds them to a batch, read reads
 // their results in the same order and keeps them (it returns only
 // errors of the database; what they mean is the caller's to decide
-// afterwards).
+// afterwards). A Lease or a Complete sets lease or complete instead, so
+// that a group serves it with the others of its kind in one statement
+// (see runBatch).
 type op struct {
-	ctx   context.Context
-	queue func(b *pgx.Batch)
-	read  func(br pgx.BatchResults) error
-	err   error
-	done  chan struct{}
-	lead  chan struct{}
+	ctx      context.Context
+	queue    func(b *pgx.Batch)
+	read     func(br pgx.BatchResults) error
+	lease    *leaseReq
+	complete *completeReq
+	err      error
+	done     chan struct{}
+	lead     chan struct{}
 }
 
 // grouper runs ops in groups, one group at a time.
@@ -101,29 +105,21 @@ func (d *Driver) runGroup(ctx context.Context, ops []*op) {
 		// The group runs for every member: the leader's cancellation
 		// must not fail the others.
 		gctx := context.WithoutCancel(ctx)
-		b := &pgx.Batch{}
-		b.Queue(genericPlans)
-		for _, o := range live {
-			o.queue(b)
-		}
-		br := d.db.SendBatch(gctx, b)
-		_, err := br.Exec()
-		for _, o := range live {
-			if err != nil {
-				break
-			}
-			if err = o.read(br); err != nil {
-				break
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		again, err := d.runBatch(gctx, live, true)
 		for _, o := range live {
 			if err != nil {
 				o.err = d.runAlone(o) // rolled back: each alone
 			} else {
 				o.err = nil
+			}
+		}
+		if err == nil && len(again) > 0 {
+			// Leases that could not share a statement: one after the
+			// other, in a transaction of their own.
+			if _, err := d.runBatch(gctx, again, false); err != nil {
+				for _, o := range again {
+					o.err = d.runAlone(o)
+				}
 			}
 		}
 	}
@@ -134,16 +130,66 @@ func (d *Driver) runGroup(ctx context.Context, ops []*op) {
 
 // runAlone runs o in a transaction of its own.
 func (d *Driver) runAlone(o *op) error {
+	_, err := d.runBatch(o.ctx, []*op{o}, false)
+	return err
+}
+
+// runBatch runs ops in one pipeline, one implicit transaction. With
+// merge, the Complete calls among them share one statement, and so do
+// the Lease calls that share a filter (all but the backend and the
+// duration; see leaseMany); it returns the leases that could not be
+// served so (a bucket of theirs excludes some of them), which the caller
+// runs again without merge. Without merge, each Lease runs a statement
+// of its own, in order, as if called one after the other.
+func (d *Driver) runBatch(ctx context.Context, ops []*op, merge bool) (again []*op, err error) {
 	b := &pgx.Batch{}
 	b.Queue(genericPlans)
-	o.queue(b)
-	br := d.db.SendBatch(o.ctx, b)
-	_, err := br.Exec()
-	if err == nil {
-		err = o.read(br)
+	var (
+		reads  []func(br pgx.BatchResults) error
+		comps  []*op
+		leases = map[string][]*op{}
+		keys   []string
+	)
+	for _, o := range ops {
+		switch {
+		case o.complete != nil:
+			comps = append(comps, o)
+		case o.lease != nil && merge:
+			k := o.lease.key
+			if leases[k] == nil {
+				keys = append(keys, k)
+			}
+			leases[k] = append(leases[k], o)
+		case o.lease != nil:
+			reads = append(reads, d.queueLease(b, o.lease))
+		default:
+			o.queue(b)
+			reads = append(reads, o.read)
+		}
+	}
+	if len(comps) > 0 {
+		reads = append(reads, d.queueCompletes(b, comps))
+	}
+	for _, k := range keys {
+		if ls := leases[k]; len(ls) == 1 {
+			reads = append(reads, d.queueLease(b, ls[0].lease))
+		} else {
+			reads = append(reads, d.queueLeases(b, ls, &again))
+		}
+	}
+	br := d.db.SendBatch(ctx, b)
+	_, err = br.Exec()
+	for _, read := range reads {
+		if err != nil {
+			break
+		}
+		err = read(br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return again, nil
 }

@@ -6,8 +6,8 @@ import "strings"
 // pool is the user's: its search_path is not ours to set). In every one,
 // $1 is the injected clock's time or NULL for the database's clock.
 type queries struct {
-	due, jobByID, enqueue, enqueueWhy, lease, extend, begin, complete, fail, requeue, cancel, retry string
-	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention     string
+	due, jobByID, enqueue, enqueueWhy, lease, leaseMany, completeMany, existing, extend, begin, fail, requeue, cancel, retry string
+	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention                              string
 }
 
 // now is the statement's time.
@@ -15,18 +15,42 @@ const nowCTE = `now AS (SELECT coalesce($1::timestamptz, now()) AS t)`
 
 // jobCols reads a job row aliased j, attempts included, in the order
 // scanJob expects.
-const jobCols = `j.id::text, j.version, j.state, j.priority, j.workflow, coalesce(j.workflow_key, ''),
+const jobCols = jobColsBase + attemptsCol + `{s}.attempts a WHERE a.job_id = j.id)`
+
+// jobColsBase is jobCols without the attempts: attemptsCol and a source
+// of attempt rows aliased a follow.
+const jobColsBase = `j.id::text, j.version, j.state, j.priority, j.workflow, coalesce(j.workflow_key, ''),
 	j.overrides, j.payload, j.metadata, j.requires, j.needs, j.exclude_backends,
 	coalesce(j.idempotency_key, ''), j.max_attempts, j.attempts_used,
 	j.enqueued_at, j.available_at, j.leased_at, j.lease_expires_at, j.finished_at,
 	j.leased_by, coalesce(j.lease_token::text, ''), j.result,
 	j.error_class, j.error_message, j.error_node_id, j.error_node_type,
-	(SELECT array_agg(json_build_array(a.backend, a.prompt_id,
+	`
+
+// attemptsCol aggregates the attempt rows (aliased a) of the FROM that
+// follows it, closing its parenthesis, into jobCols' last column.
+const attemptsCol = `(SELECT array_agg(json_build_array(a.backend, a.prompt_id,
 	        (extract(epoch FROM a.started_at) * 1000000)::bigint,
 	        (extract(epoch FROM a.ended_at) * 1000000)::bigint,
 	        a.class, a.error_class, a.error_message, a.error_node_id, a.error_node_type, a.counted)::text
 	        ORDER BY a.number)
-	   FROM {s}.attempts a WHERE a.job_id = j.id)`
+	   FROM `
+
+// leaseFilter is the filter on the buckets b a lessee may take from,
+// but for its backend: $5 workflows (NULL: any), $6 exclude workflows,
+// $7 tags, $9 caps digest (NULL: no filter), and no paused scope.
+const leaseFilter = `($5::text[] IS NULL OR b.workflow = ANY($5::text[]))
+	   AND NOT (b.workflow = ANY(coalesce($6::text[], '{}')))
+	   AND b.requires <@ coalesce($7::text[], '{}')
+	   AND ($9::text IS NULL OR NOT EXISTS (
+	        SELECT 1 FROM unnest(b.needs) n
+	         WHERE NOT EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9 AND c.item = n)
+	           AND (n NOT LIKE 'value:%' OR strpos(substr(n, 7), '=') < 2
+	                OR EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9
+	                            AND c.item = 'list:' || split_part(substr(n, 7), '=', 1)))))
+	   AND NOT EXISTS (SELECT 1 FROM {s}.pauses p
+	                    WHERE p.kind = 'all' OR (p.kind = 'workflow' AND p.name = b.workflow)
+	                       OR (p.kind = 'tag' AND p.name = ANY(b.requires)))`
 
 // openAttempt is whether job j's last attempt is open.
 const openAttempt = `EXISTS (SELECT 1 FROM {s}.attempts a WHERE a.job_id = j.id AND a.number = j.attempt_count AND a.ended_at IS NULL)`
@@ -126,19 +150,8 @@ heads AS MATERIALIZED (
 	 CROSS JOIN LATERAL (SELECT enqueued_at, seq FROM {s}.jobs
 	                      WHERE jobs.bucket_id = b.id AND jobs.state = 'queued'
 	                      ORDER BY enqueued_at, seq LIMIT 1) h
-	 WHERE ($5::text[] IS NULL OR b.workflow = ANY($5::text[]))
-	   AND NOT (b.workflow = ANY(coalesce($6::text[], '{}')))
-	   AND b.requires <@ coalesce($7::text[], '{}')
-	   AND NOT ($3 = ANY(b.exclude_backends))
-	   AND ($9::text IS NULL OR NOT EXISTS (
-	        SELECT 1 FROM unnest(b.needs) n
-	         WHERE NOT EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9 AND c.item = n)
-	           AND (n NOT LIKE 'value:%' OR strpos(substr(n, 7), '=') < 2
-	                OR EXISTS (SELECT 1 FROM {s}.caps c WHERE c.digest = $9
-	                            AND c.item = 'list:' || split_part(substr(n, 7), '=', 1)))))
-	   AND NOT EXISTS (SELECT 1 FROM {s}.pauses p
-	                    WHERE p.kind = 'all' OR (p.kind = 'workflow' AND p.name = b.workflow)
-	                       OR (p.kind = 'tag' AND p.name = ANY(b.requires)))
+	 WHERE NOT ($3 = ANY(b.exclude_backends))
+	   AND ` + leaseFilter + `
 	 ORDER BY b.priority DESC, pref DESC, h.enqueued_at, h.seq
 	 LIMIT 8),
 pick AS (
@@ -151,6 +164,89 @@ UPDATE {s}.jobs j SET state = 'leased', version = j.version + 1, lease_token = $
        leased_at = now.t, lease_expires_at = now.t + make_interval(secs => $4::bigint / 1000000.0)
   FROM pick, now WHERE j.id = pick.id
 RETURNING ` + jobCols,
+
+		// leaseMany serves several lessees of one process at once, as
+		// many Lease calls one after the other would: $2 tokens, $3
+		// backends, $4 durations (µs), one of each per lessee, and $5..$9
+		// the filter they share, as in lease. It ranks the buckets every
+		// one of them may take from as lease does, locks the first
+		// unlocked jobs of each, up to one per lessee, and gives the best
+		// of them to the lessees in order: the first to the first, and so
+		// on. It returns the lessee's ordinal (from 1) and its job. When a
+		// bucket with a queued job excludes some of the lessees but not
+		// all, it leases nothing: such a bucket's jobs are not for every
+		// lessee, so the driver leases for each alone instead.
+		leaseMany: `WITH ` + nowCTE + `,
+req AS (SELECT * FROM unnest($2::uuid[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(token, backend, dur, i)),
+elig AS MATERIALIZED (
+	SELECT b.id, b.priority, (b.workflow = ANY(coalesce($8::text[], '{}'))) AS pref, b.exclude_backends
+	  FROM {s}.buckets b
+	 WHERE NOT (b.exclude_backends @> $3::text[])
+	   AND ` + leaseFilter + `),
+split AS (
+	SELECT EXISTS (SELECT 1 FROM elig e WHERE e.exclude_backends && $3::text[]
+	                 AND EXISTS (SELECT 1 FROM {s}.jobs WHERE jobs.bucket_id = e.id AND jobs.state = 'queued')) AS yes),
+heads AS MATERIALIZED (
+	SELECT e.id, e.priority, e.pref, h.enqueued_at, h.seq
+	  FROM elig e
+	 CROSS JOIN LATERAL (SELECT enqueued_at, seq FROM {s}.jobs
+	                      WHERE jobs.bucket_id = e.id AND jobs.state = 'queued'
+	                      ORDER BY enqueued_at, seq LIMIT 1) h
+	 WHERE NOT (SELECT yes FROM split)
+	 ORDER BY e.priority DESC, e.pref DESC, h.enqueued_at, h.seq
+	 LIMIT 8),
+cand AS (
+	SELECT x.id, heads.priority, heads.pref, x.enqueued_at, x.seq FROM heads
+	 CROSS JOIN LATERAL (SELECT id, enqueued_at, seq FROM {s}.jobs
+	                      WHERE jobs.bucket_id = heads.id AND jobs.state = 'queued'
+	                      ORDER BY enqueued_at, seq LIMIT cardinality($2::uuid[]) FOR UPDATE SKIP LOCKED) x),
+pick AS (
+	SELECT id, row_number() OVER (ORDER BY priority DESC, pref DESC, enqueued_at, seq) AS i FROM cand
+	 ORDER BY priority DESC, pref DESC, enqueued_at, seq LIMIT cardinality($2::uuid[]))
+UPDATE {s}.jobs j SET state = 'leased', version = j.version + 1, lease_token = req.token, leased_by = req.backend,
+       leased_at = now.t, lease_expires_at = now.t + make_interval(secs => req.dur / 1000000.0)
+  FROM pick JOIN req ON req.i = pick.i, now WHERE j.id = pick.id
+RETURNING req.i, ` + jobCols,
+
+		// completeMany completes several leased jobs at once, as many
+		// Complete calls would: $2 ids, $3 tokens, $4 results (NULL
+		// elements for none), $5 the attempts' class. It returns the
+		// ordinal (from 1) and the job, as it is after the write, of each
+		// it completed; a job it does not return was not under that lease
+		// (or does not exist: see existing).
+		completeMany: `WITH ` + nowCTE + `,
+req AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::bytea[]) WITH ORDINALITY AS r(id, token, result, i)),
+cur AS (
+	SELECT j.id, j.attempt_count, j.attempts_used, j.leased_by, j.leased_at, req.result, req.i,
+	       ` + openAttempt + ` AS has_open
+	  FROM req JOIN {s}.jobs j ON j.id = req.id, now
+	 WHERE j.state = 'leased' AND j.lease_token = req.token AND j.lease_expires_at > now.t
+	   FOR UPDATE OF j),
+closed AS (
+	UPDATE {s}.attempts a SET ended_at = now.t, class = $5, error_class = '', error_message = '',
+	       error_node_id = '', error_node_type = '', counted = true
+	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open
+	RETURNING a.*),
+made AS (
+	INSERT INTO {s}.attempts (job_id, number, backend, started_at, ended_at, class, counted)
+	SELECT cur.id, cur.attempt_count + 1, cur.leased_by, cur.leased_at, now.t, $5, true
+	  FROM cur, now WHERE NOT cur.has_open
+	RETURNING *),
+upd AS (
+	UPDATE {s}.jobs j SET state = 'completed', result = cur.result, attempts_used = cur.attempts_used + 1,
+	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int, finished_at = now.t,
+	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
+	  FROM cur, now WHERE j.id = cur.id
+	RETURNING j.*, cur.i AS req_i)
+SELECT j.req_i, ` + jobColsBase + attemptsCol + `(
+	SELECT * FROM {s}.attempts a WHERE a.job_id = j.id AND a.number < j.attempt_count
+	UNION ALL SELECT * FROM closed WHERE closed.job_id = j.id
+	UNION ALL SELECT * FROM made WHERE made.job_id = j.id) a)
+  FROM upd j`,
+
+		// existing: the ordinals (from 1) of the ids in $1 that name a job.
+		existing: `SELECT coalesce(array_agg(r.i), '{}') FROM unnest($1::uuid[]) WITH ORDINALITY AS r(id, i)
+ WHERE EXISTS (SELECT 1 FROM {s}.jobs WHERE jobs.id = r.id)`,
 
 		// extend: $2 id, $3 token, $4 duration (µs).
 		extend: `WITH ` + nowCTE + `
@@ -169,15 +265,6 @@ made AS (
 upd AS (
 	UPDATE {s}.jobs j SET attempt_count = cur.attempt_count + 1, version = j.version + 1
 	  FROM cur WHERE j.id = cur.id RETURNING 1)
-SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM made) * 0 + (SELECT count(*) FROM closed) * 0`,
-
-		// complete: $2 id, $3 token, $4..$9 the attempt's close, $10 result.
-		complete: `WITH ` + nowCTE + `, ` + leasedCTE + `,` + closeOrMake + `,
-upd AS (
-	UPDATE {s}.jobs j SET state = 'completed', result = $10, attempts_used = cur.attempts_used + 1,
-	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int, finished_at = now.t,
-	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
-	  FROM cur, now WHERE j.id = cur.id RETURNING 1)
 SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM made) * 0 + (SELECT count(*) FROM closed) * 0`,
 
 		// fail: $2 id, $3 token, $4..$9 the attempt's close, $10 no
@@ -277,8 +364,8 @@ DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs, now
    WHERE finished_at < now.t - make_interval(secs => $2::bigint / 1000000.0)
      AND state IN ('completed', 'dead', 'cancelled') ORDER BY finished_at LIMIT 1000)`,
 	}
-	for _, p := range []*string{&q.due, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.extend, &q.begin,
-		&q.complete, &q.fail, &q.requeue, &q.cancel, &q.retry, &q.bucket, &q.putCaps, &q.putWorkflow,
+	for _, p := range []*string{&q.due, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.leaseMany, &q.completeMany, &q.existing, &q.extend, &q.begin,
+		&q.fail, &q.requeue, &q.cancel, &q.retry, &q.bucket, &q.putCaps, &q.putWorkflow,
 		&q.getWorkflow, &q.purgeWorkflows, &q.nextDue, &q.queuedExists, &q.retention} {
 		*p = strings.ReplaceAll(*p, "{s}", schema)
 	}

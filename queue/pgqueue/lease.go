@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,51 +46,216 @@ func (d *Driver) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, e
 	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
-	var (
-		digest  any
-		putCaps bool
-		due     bool
-		j       *queue.Job
-	)
+	r := &leaseReq{p: p, now: d.now()}
 	if p.Has != nil {
-		digest = p.Has.Digest()
-		_, known := d.caps.Load(p.Has.Digest())
-		putCaps = !known
+		r.digest = p.Has.Digest()
+		_, known := d.caps.Load(r.digest)
+		r.putCaps = !known
 	}
-	now := d.now()
-	err := d.run(ctx, &op{
-		queue: func(b *pgx.Batch) {
-			if putCaps {
-				b.Queue(d.q.putCaps, digest, emptyArr(p.Has.Items()))
-			}
-			due = d.queueDue(b, now)
-			b.Queue(d.q.lease, now, uuid.New(), p.Backend, p.Duration.Microseconds(), p.Workflows,
-				p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, digest)
-		},
-		read: func(br pgx.BatchResults) error {
-			if putCaps {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			if err := execDue(br, due); err != nil {
-				return err
-			}
-			var err error
-			j, err = scanJob(br.QueryRow())
-			if errors.Is(err, pgx.ErrNoRows) {
-				j, err = nil, nil
-			}
-			return err
-		},
-	})
-	if err != nil {
+	r.key = leaseKey(p, r.digest)
+	if err := d.run(ctx, &op{lease: r}); err != nil {
 		return nil, d.wrap("lease", err)
 	}
-	if putCaps {
-		d.caps.Store(digest, struct{}{})
+	if r.putCaps {
+		d.caps.Store(r.digest, struct{}{})
 	}
-	return j, nil
+	return r.job, nil
+}
+
+// leaseReq is one Lease call: its params, and its job once leased.
+type leaseReq struct {
+	p       *queue.LeaseParams
+	key     string // the filter, which Lease calls sharing a statement share
+	digest  any    // p.Has's digest, or nil (SQL NULL: no filter)
+	putCaps bool   // store p.Has first
+	now     any
+	job     *queue.Job
+}
+
+// leaseKey is the filter of p (all but its backend and duration): Lease
+// calls with the same key may share a statement (leaseMany).
+func leaseKey(p *queue.LeaseParams, digest any) string {
+	var k strings.Builder
+	field := func(s []string) {
+		for _, e := range s {
+			k.WriteString(e)
+			k.WriteByte(0)
+		}
+		k.WriteByte(1)
+	}
+	if p.Workflows == nil {
+		k.WriteByte(2) // any, unlike an empty set
+	}
+	field(p.Workflows)
+	field(p.ExcludeWorkflows)
+	field(p.Tags)
+	field(p.PreferWorkflows)
+	if digest != nil {
+		k.WriteString(digest.(string))
+	}
+	return k.String()
+}
+
+// queueLease queues r alone (the lease statement) on b and returns the
+// read of its results.
+func (d *Driver) queueLease(b *pgx.Batch, r *leaseReq) func(pgx.BatchResults) error {
+	p := r.p
+	if r.putCaps {
+		b.Queue(d.q.putCaps, r.digest, emptyArr(p.Has.Items()))
+	}
+	due := d.queueDue(b, r.now)
+	b.Queue(d.q.lease, r.now, uuid.New(), p.Backend, p.Duration.Microseconds(), p.Workflows,
+		p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, r.digest)
+	return func(br pgx.BatchResults) error {
+		if r.putCaps {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := execDue(br, due); err != nil {
+			return err
+		}
+		var err error
+		r.job, err = scanJob(br.QueryRow())
+		if errors.Is(err, pgx.ErrNoRows) {
+			r.job, err = nil, nil
+		}
+		return err
+	}
+}
+
+// queueLeases queues the Lease calls ops, which share a filter, as one
+// statement (leaseMany) on b, and returns the read of its results; the
+// read adds ops to again when the statement could not serve them.
+func (d *Driver) queueLeases(b *pgx.Batch, ops []*op, again *[]*op) func(pgx.BatchResults) error {
+	first := ops[0].lease
+	p := first.p
+	putCaps := false
+	tokens := make([]uuid.UUID, len(ops))
+	backends := make([]string, len(ops))
+	durs := make([]int64, len(ops))
+	for i, o := range ops {
+		putCaps = putCaps || o.lease.putCaps
+		tokens[i] = uuid.New()
+		backends[i] = o.lease.p.Backend
+		durs[i] = o.lease.p.Duration.Microseconds()
+	}
+	if putCaps {
+		b.Queue(d.q.putCaps, first.digest, emptyArr(p.Has.Items()))
+	}
+	due := d.queueDue(b, first.now)
+	b.Queue(d.q.leaseMany, first.now, tokens, backends, durs, p.Workflows,
+		p.ExcludeWorkflows, p.Tags, p.PreferWorkflows, first.digest)
+	return func(br pgx.BatchResults) error {
+		if putCaps {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := execDue(br, due); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for _, o := range ops {
+			o.lease.job = nil
+		}
+		n := 0
+		for rows.Next() {
+			var i int64
+			j, err := scanJob(leadRow{rows, []any{&i}})
+			if err != nil {
+				return err
+			}
+			ops[i-1].lease.job = j
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n == 0 {
+			// None leased: no job, or a bucket that excludes some of them.
+			*again = append(*again, ops...)
+		}
+		return nil
+	}
+}
+
+// leadRow scans lead columns and then jobCols.
+type leadRow struct {
+	rows pgx.Rows
+	lead []any
+}
+
+func (r leadRow) Scan(dest ...any) error {
+	return r.rows.Scan(append(append([]any(nil), r.lead...), dest...)...)
+}
+
+// completeReq is one Complete call, and its outcome.
+type completeReq struct {
+	id, token uuid.UUID
+	result    []byte
+	now       any
+	job       *queue.Job // as it is after the write; nil when not completed
+	exists    bool
+}
+
+// queueCompletes queues the Complete calls ops as one statement
+// (completeMany) on b, and returns the read of its results.
+func (d *Driver) queueCompletes(b *pgx.Batch, ops []*op) func(pgx.BatchResults) error {
+	ids := make([]uuid.UUID, len(ops))
+	tokens := make([]uuid.UUID, len(ops))
+	results := make([][]byte, len(ops))
+	for i, o := range ops {
+		c := o.complete
+		ids[i], tokens[i] = c.id, c.token
+		if len(c.result) > 0 {
+			results[i] = c.result
+		}
+	}
+	now := ops[0].complete.now
+	due := d.queueDue(b, now)
+	b.Queue(d.q.completeMany, now, ids, tokens, results, queue.ClassNone)
+	b.Queue(d.q.existing, ids)
+	return func(br pgx.BatchResults) error {
+		if err := execDue(br, due); err != nil {
+			return err
+		}
+		for _, o := range ops {
+			o.complete.job = nil
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var i int64
+			j, err := scanJob(leadRow{rows, []any{&i}})
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			ops[i-1].complete.job = j
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var existing []int64
+		if err := br.QueryRow().Scan(&existing); err != nil {
+			return err
+		}
+		for _, o := range ops {
+			o.complete.exists = false
+		}
+		for _, i := range existing {
+			ops[i-1].complete.exists = true
+		}
+		return nil
+	}
 }
 
 // write runs the due transitions, then stmt (which returns the number of
@@ -214,10 +380,32 @@ func (d *Driver) Begin(ctx context.Context, id, token string, p *queue.BeginPara
 	return d.tokenOp(ctx, "begin", id, token, d.q.begin, p.Backend, p.PromptID)
 }
 
-// Complete implements [queue.Driver].
+// Complete implements [queue.Driver]. Concurrent calls share one
+// statement (completeMany), which returns each job as it is after the
+// write.
 func (d *Driver) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
-	return d.tokenOp(ctx, "complete", id, token, d.q.complete,
-		queue.ClassNone, "", "", "", "", true, bytesArg(result))
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	uid, ok := parseID(id)
+	if !ok {
+		return nil, fmt.Errorf("pgqueue: complete job %s: %w", id, queue.ErrNotFound)
+	}
+	tok, ok := parseID(token)
+	if !ok {
+		tok = uuid.Nil
+	}
+	c := &completeReq{id: uid, token: tok, result: result, now: d.now()}
+	if err := d.run(ctx, &op{complete: c}); err != nil {
+		return nil, d.wrap("complete", err)
+	}
+	switch {
+	case c.job != nil:
+		return c.job, nil
+	case !c.exists:
+		return nil, fmt.Errorf("pgqueue: complete job %s: %w", id, queue.ErrNotFound)
+	}
+	return nil, fmt.Errorf("pgqueue: complete job %s: %w", id, queue.ErrLeaseLost)
 }
 
 // Fail implements [queue.Driver].
