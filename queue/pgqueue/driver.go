@@ -94,7 +94,7 @@ type Driver struct {
 }
 
 // schemaVersion is the migration version this driver needs.
-const schemaVersion = 1
+const schemaVersion = 4 // 004: batched notifications
 
 // New returns a Driver over db, which the caller keeps owning: Close
 // stops the driver's goroutines and its listener connection, never db.

@@ -2,6 +2,7 @@ package pgqueue
 
 import (
 	"context"
+	"time"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +52,17 @@ type grouper struct {
 	mu      sync.Mutex
 	pending []*op
 	busy    bool
+
+	// The last group, and the gathering of the next (see gather).
+	last    int
+	lastEnd time.Time
+	want    int
+	full    chan struct{} // closed when pending reaches want
 }
+
+// gatherWindow bounds how long the leader of a group waits for the
+// members of the last group to come back (see gather).
+const gatherWindow = 500 * time.Microsecond
 
 // run runs o (possibly in a group) and returns its database error.
 func (d *Driver) run(ctx context.Context, o *op) error {
@@ -59,6 +70,10 @@ func (d *Driver) run(ctx context.Context, o *op) error {
 	g := &d.group
 	g.mu.Lock()
 	g.pending = append(g.pending, o)
+	if g.full != nil && len(g.pending) >= g.want {
+		close(g.full)
+		g.full = nil
+	}
 	if g.busy {
 		g.mu.Unlock()
 		select {
@@ -70,14 +85,11 @@ func (d *Driver) run(ctx context.Context, o *op) error {
 		g.busy = true
 		g.mu.Unlock()
 	}
-	g.mu.Lock()
-	ops := g.pending
-	g.pending = nil
-	g.mu.Unlock()
-
+	ops := g.gather()
 	d.runGroup(ctx, ops)
 
 	g.mu.Lock()
+	g.last, g.lastEnd = len(ops), time.Now()
 	if len(g.pending) > 0 {
 		close(g.pending[0].lead)
 	} else {
@@ -85,6 +97,34 @@ func (d *Driver) run(ctx context.Context, o *op) error {
 	}
 	g.mu.Unlock()
 	return o.err
+}
+
+// gather takes the pending ops as the next group. The members of a group
+// that just ended usually come back at once with their next write (a
+// lessee completes what it leased, then leases again), but not all in
+// the same instant: so when the last group ended less than gatherWindow
+// ago, the leader waits, until then at most, for as many ops as it had,
+// rather than send the first few alone and make the rest wait a whole
+// group for the next.
+func (g *grouper) gather() []*op {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if wait := gatherWindow - time.Since(g.lastEnd); wait > 0 && len(g.pending) < g.last {
+		full := make(chan struct{})
+		g.want, g.full = g.last, full
+		g.mu.Unlock()
+		timer := time.NewTimer(wait)
+		select {
+		case <-full:
+		case <-timer.C:
+		}
+		timer.Stop()
+		g.mu.Lock()
+		g.full = nil
+	}
+	ops := g.pending
+	g.pending = nil
+	return ops
 }
 
 // runGroup runs ops in one transaction (or each alone when that fails)

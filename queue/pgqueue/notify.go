@@ -78,8 +78,10 @@ func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-// dispatch handles one notification: "id:state:version" for a job
-// change, "resume" for a resumed pause scope.
+// dispatch handles one notification: comma-separated "id:state:version"
+// entries for job changes (one statement's, in order: see
+// migrations/004_notify_batched.sql), "ping:..." for the check that
+// notifications arrive, "resume" for a resumed pause scope.
 func (d *Driver) dispatch(payload string) {
 	if rest, ok := strings.CutPrefix(payload, "ping:"); ok {
 		id, n, _ := strings.Cut(rest, ":")
@@ -88,25 +90,34 @@ func (d *Driver) dispatch(payload string) {
 		}
 		return
 	}
-	id, rest, ok1 := strings.Cut(payload, ":")
-	state, ver, ok2 := strings.Cut(rest, ":")
-	v, err := strconv.ParseUint(ver, 10, 64)
-	if !ok1 || !ok2 || err != nil {
-		d.signalReady() // "resume", or anything unknown: a wake-up may be spurious
-		return
-	}
-	c := queue.Change{JobID: id, State: queue.State(state), Version: v}
-	switch c.State {
-	case queue.StateQueued:
-		d.signalReady()
-	case queue.StateRetrying, queue.StateLeased:
-		d.wake() // a new due time, maybe the next
-	}
+	var ready, wake bool
 	d.subMu.Lock()
-	for s := range d.subs {
-		s.send(c)
+	defer d.subMu.Unlock()
+	for entry := range strings.SplitSeq(payload, ",") {
+		id, rest, ok1 := strings.Cut(entry, ":")
+		state, ver, ok2 := strings.Cut(rest, ":")
+		v, err := strconv.ParseUint(ver, 10, 64)
+		if !ok1 || !ok2 || err != nil {
+			ready = true // "resume", or anything unknown: a wake-up may be spurious
+			continue
+		}
+		c := queue.Change{JobID: id, State: queue.State(state), Version: v}
+		switch c.State {
+		case queue.StateQueued:
+			ready = true
+		case queue.StateRetrying, queue.StateLeased:
+			wake = true // a new due time, maybe the next
+		}
+		for s := range d.subs {
+			s.send(c)
+		}
 	}
-	d.subMu.Unlock()
+	if ready {
+		d.signalReady()
+	}
+	if wake {
+		d.wake()
+	}
 }
 
 func (d *Driver) broadcastGap() {
