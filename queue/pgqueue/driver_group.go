@@ -2,8 +2,8 @@ package pgqueue
 
 import (
 	"context"
-	"time"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
