@@ -14,8 +14,9 @@ type queries struct {
 const nowCTE = `now AS (SELECT coalesce($1::timestamptz, now()) AS t)`
 
 // jobCols reads a job row aliased j, attempts included, in the order
-// scanJob expects.
-const jobCols = jobColsBase + attemptsCol + `{s}.attempts a WHERE a.job_id = j.id)`
+// scanJob expects. A job without attempts (the common case of a lease)
+// skips looking for them.
+const jobCols = jobColsBase + `CASE WHEN j.attempt_count > 0 THEN ` + attemptsCol + `{s}.attempts a WHERE a.job_id = j.id) END`
 
 // jobColsBase is jobCols without the attempts: attemptsCol and a source
 // of attempt rows aliased a follow.
