@@ -208,7 +208,8 @@
 //     same WHERE minus states. Backend: leased_by = $b OR EXISTS (an
 //     attempt with backend = $b). Metadata: metadata @> $m (jsonb, GIN).
 //   - Change feed: pg_notify('…', id || ':' || state || ':' || version) in
-//     the statement that writes (or a trigger); after a reconnect, or when
+//     the statement that writes (or a trigger; pgqueue's sends a
+//     statement's changes together, comma-separated); after a reconnect, or when
 //     notifications may have been lost, deliver a Change with Gap set.
 //     Redis: PUBLISH from each script, a Gap after resubscribing.
 //   - SetPaused: rows in pauses(kind, name), and Lease's query adds NOT

@@ -63,6 +63,9 @@
 // state change and attempt record as "id:state:version", with pg_notify
 // in the writing transaction, so the notification goes out at commit,
 // also for [Driver.EnqueueTx] in your transaction and for COPY batches.
+// It is a statement trigger: the changes of one statement go out
+// together, comma-separated, up to 100 a notification
+// (migrations/004_notify_batched.sql).
 // They drive [Driver.Ready] (new or returned work) and [Driver.Subscribe]
 // (so [queue.Queue.Subscribe] and the pool's Watch and Wait work from
 // any process). When the listener's connection drops, the Driver
@@ -86,8 +89,24 @@
 // notifying transactions one at a time. So the writes that the goroutines
 // of one process make at the same time (Lease, Extend, Begin, Complete,
 // Fail, Requeue, Cancel, Retry) share one transaction, sent as one
-// pipeline: while a group is in flight the next gathers. If a group
-// fails, each of its writes runs again alone.
+// pipeline: while a group is in flight the next gathers, and its leader
+// waits (at most 500µs) for the members of the last group to come back,
+// so that concurrent lessees keep sharing commits. Within a group the
+// Complete calls are one statement (which returns the jobs: no second
+// read), and so are the Lease calls that share a filter (workflows,
+// tags, capabilities, preferences; the backends and durations may
+// differ): the first lessee gets the best job, the next the next best,
+// as if they had called one after the other; when a queued job excludes
+// some of them but not all, they lease one after the other instead. If a
+// group fails, each of its writes runs again alone. A job's write
+// updates every index of jobs, so the migrations keep them few.
+//
+// On a 2-core VM shared with other work (load 3 to 7), with PostgreSQL
+// 15 on the same VM and its durable settings (fsync on, logged tables,
+// fdatasync 0.74 ms), lease and complete ran at 1,600 to 3,300 jobs/s with
+// 16 lessees (go test -bench 'Driver/LeaseComplete'); the target of
+// 5,000 needs a quieter machine or a faster disk. See the README's Scale
+// table for the rest.
 //
 // # DAG executions
 //
