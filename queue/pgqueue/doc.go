@@ -101,12 +101,16 @@
 // group fails, each of its writes runs again alone. A job's write
 // updates every index of jobs, so the migrations keep them few.
 //
-// On a 2-core VM shared with other work (load 3 to 7), with PostgreSQL
+// On a 2-core VM shared with other work (load 4 to 6), with PostgreSQL
 // 15 on the same VM and its durable settings (fsync on, logged tables,
-// fdatasync 0.74 ms), lease and complete ran at 1,600 to 3,300 jobs/s with
-// 16 lessees (go test -bench 'Driver/LeaseComplete'); the target of
-// 5,000 needs a quieter machine or a faster disk. See the README's Scale
-// table for the rest.
+// fdatasync 0.74 ms), lease and complete ran at 1,400 to 3,600 jobs/s
+// with 16 lessees (the same runs before these statements were shared:
+// 950 to 1,800), 350 to 840 with 4 and 220 to 270 with 1 (go test -bench
+// 'Driver/LeaseComplete'). The target of 5,000 with 16 lessees is not met
+// on that machine: a group of 16 (8 jobs) spends about 1 ms in its
+// commit's fsync and the rest in PostgreSQL writing each job's row and
+// index entries twice, on CPU that the client and the other work share.
+// See the README's Scale table for the rest.
 //
 // # DAG executions
 //
