@@ -65,7 +65,7 @@
 // also for [Driver.EnqueueTx] in your transaction and for COPY batches.
 // It is a statement trigger: the changes of one statement go out
 // together, comma-separated, up to 100 a notification
-// (migrations/004_notify_batched.sql).
+// (migrations/001_queue.sql).
 // They drive [Driver.Ready] (new or returned work) and [Driver.Subscribe]
 // (so [queue.Queue.Subscribe] and the pool's Watch and Wait work from
 // any process). When the listener's connection drops, the Driver

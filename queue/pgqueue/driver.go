@@ -94,7 +94,7 @@ type Driver struct {
 }
 
 // schemaVersion is the migration version this driver needs.
-const schemaVersion = 4 // 004: batched notifications
+const schemaVersion = 1 // 001_queue.sql: the queue's tables
 
 // New returns a Driver over db, which the caller keeps owning: Close
 // stops the driver's goroutines and its listener connection, never db.

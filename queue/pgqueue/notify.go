@@ -80,7 +80,7 @@ func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
 
 // dispatch handles one notification: comma-separated "id:state:version"
 // entries for job changes (one statement's, in order: see
-// migrations/004_notify_batched.sql), "ping:..." for the check that
+// migrations/001_queue.sql), "ping:..." for the check that
 // notifications arrive, "resume" for a resumed pause scope.
 func (d *Driver) dispatch(payload string) {
 	if rest, ok := strings.CutPrefix(payload, "ping:"); ok {

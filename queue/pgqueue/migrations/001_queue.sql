@@ -38,12 +38,15 @@ CREATE TABLE buckets (
 CREATE TABLE jobs (
     id               uuid PRIMARY KEY,
     -- seq orders jobs totally (enqueue order; ties of enqueued_at).
-    seq              bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    seq              bigint GENERATED ALWAYS AS IDENTITY, -- unique by construction; never looked up alone
     -- version grows by one with every write; notifications carry it.
     version          bigint NOT NULL DEFAULT 1,
     state            text NOT NULL DEFAULT 'queued'
                      CHECK (state IN ('queued', 'leased', 'retrying', 'completed', 'dead', 'cancelled')),
-    bucket_id        bigint NOT NULL REFERENCES buckets (id),
+    -- No foreign key: buckets are never deleted and a bucket id is written
+    -- only once its row is committed (or by the statement inserting it),
+    -- so checking it for every job would be pure cost.
+    bucket_id        bigint NOT NULL,
     -- The bucket's columns, copied for reading and listing.
     priority         integer NOT NULL,
     workflow         text NOT NULL,      -- the routing hash ('' when none)
@@ -88,7 +91,8 @@ CREATE INDEX jobs_enqueued_idx ON jobs (enqueued_at, seq);
 CREATE INDEX jobs_state_enqueued_idx ON jobs (state, enqueued_at, seq);
 CREATE INDEX jobs_finished_idx ON jobs (finished_at, seq) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_workflow_key_idx ON jobs (workflow_key) WHERE workflow_key IS NOT NULL;
-CREATE INDEX jobs_metadata_idx ON jobs USING gin (metadata jsonb_path_ops);
+-- Only jobs with metadata (a filter metadata @> ... can match no other).
+CREATE INDEX jobs_metadata_idx ON jobs USING gin (metadata jsonb_path_ops) WHERE metadata IS NOT NULL;
 
 -- attempts: the history of each job's attempts, numbered from 1. The last
 -- is open (ended_at NULL) between Begin and the end of its lease.
@@ -129,15 +133,49 @@ CREATE TABLE caps (
 -- 'id:state:version', at commit, so that every process's Subscribe and
 -- Ready hear it. The channel is 'comfypool_' and the first 16 hex digits
 -- of md5(schema name).
+--
+-- A notification costs the writer (its commit queues each one, holding
+-- PostgreSQL's notify lock) and every listening backend, and the driver's
+-- writes change many jobs at once (a group of leases or completions, a
+-- batch of enqueues); so a statement's changes go out in as few
+-- notifications as fit: the entries comma-separated, at most 100 a
+-- notification (under the 8000-byte payload limit). Within one statement
+-- a job changes at most once, and statements notify in their order, so a
+-- job's changes arrive in version order.
 CREATE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    channel text := 'comfypool_' || left(md5(TG_TABLE_SCHEMA), 16);
+    payload text;
 BEGIN
-    IF TG_OP = 'INSERT' OR OLD.state IS DISTINCT FROM NEW.state OR OLD.attempt_count <> NEW.attempt_count THEN
-        PERFORM pg_notify('comfypool_' || left(md5(TG_TABLE_SCHEMA), 16),
-                          NEW.id::text || ':' || NEW.state || ':' || NEW.version::text);
+    IF TG_OP = 'INSERT' THEN
+        FOR payload IN
+            SELECT string_agg(e, ',')
+              FROM (SELECT n.id::text || ':' || n.state || ':' || n.version::text AS e,
+                           (row_number() OVER () - 1) / 100 AS chunk
+                      FROM new_jobs n) c
+             GROUP BY chunk
+        LOOP
+            PERFORM pg_notify(channel, payload);
+        END LOOP;
+    ELSE
+        FOR payload IN
+            SELECT string_agg(e, ',')
+              FROM (SELECT n.id::text || ':' || n.state || ':' || n.version::text AS e,
+                           (row_number() OVER () - 1) / 100 AS chunk
+                      FROM new_jobs n JOIN old_jobs o ON o.id = n.id
+                     WHERE o.state IS DISTINCT FROM n.state OR o.attempt_count <> n.attempt_count) c
+             GROUP BY chunk
+        LOOP
+            PERFORM pg_notify(channel, payload);
+        END LOOP;
     END IF;
     RETURN NULL;
 END;
 $$;
 
-CREATE TRIGGER jobs_notify AFTER INSERT OR UPDATE ON jobs
-    FOR EACH ROW EXECUTE FUNCTION jobs_notify();
+CREATE TRIGGER jobs_notify_insert AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();
+CREATE TRIGGER jobs_notify_update AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();
