@@ -261,6 +261,9 @@ func (p *WorkflowPool) idleLocked(b *backend) {
 	if b.inflight > 0 {
 		return
 	}
+	if b.lease.handover {
+		p.kickLeases() // leases.go: its jobs ended, the lease may go to another Pool now
+	}
 	if b.draining {
 		select {
 		case <-b.idle:

@@ -24,7 +24,8 @@ import (
 // A backend is claimable when its WebSocket is connected, it is not
 // draining, it runs fewer than MaxInFlight prompts, it is out of its
 // reconnect grace, its capabilities are known, and (with
-// Config.BackendLeases) this Pool holds its lease (leases.go). A backend
+// Config.BackendLeases) this Pool holds its lease and is not handing it
+// over to another Pool (leases.go). A backend
 // held elsewhere is still connected and followed, so that its state and
 // capabilities are known (routing and Backends use them), but never
 // claimed. The dispatcher
@@ -95,7 +96,7 @@ func (p *WorkflowPool) claim() claimRound {
 	var cands []Candidate
 	byName := map[string]*backend{}
 	for i, b := range list {
-		if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready || !p.heldLocked(b, now) {
+		if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready || !p.heldLocked(b, now) || b.lease.handover {
 			continue
 		}
 		pending := p.workflows[b.last] > 0

@@ -108,7 +108,7 @@ func (p *WorkflowPool) dispatch() {
 // nothing before it existed), so the round must order the backends again.
 func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale bool) {
 	p.mu.Lock()
-	if b.draining || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) {
+	if b.draining || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) || b.lease.handover {
 		p.mu.Unlock()
 		return false, false
 	}

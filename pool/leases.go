@@ -4,11 +4,16 @@ package pool
 // Pool at a time, whichever process it lives in. The Pool takes a lease
 // on each of its backends, renews it every third of its TTL, and claims a
 // backend for dispatch only while it holds the lease (clientmanager.go).
+// When the BackendLeases is a HolderRegistry too, each round first
+// announces the Pool and learns the live ones; the Pool then takes only
+// its fair share of its backends and hands the excess over (fairShare,
+// balance).
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +46,27 @@ type BackendLeases interface {
 	Release(ctx context.Context, backend, holder string) error
 }
 
+// HolderRegistry is an optional interface of a [BackendLeases]: the
+// holders (Pools) alive on it, so that Pools sharing backends share them
+// fairly instead of the first to start taking all. A Pool whose
+// Config.BackendLeases implements it announces itself on every lease
+// round (every third of Config.BackendLeaseTTL) and drives at most its
+// share of the backends it lists: with n backends and k live holders,
+// sorted by name, the first n%k holders have n/k+1 and the others n/k
+// (so never more than ceil(n/k)). Without it a Pool takes every backend
+// it can, as the first come.
+//
+// Implementations must be safe for concurrent use. [MemoryBackendLeases]
+// implements it; so does package queue/pgqueue's BackendLeases.
+type HolderRegistry interface {
+	// Announce records holder as alive until ttl from now and returns
+	// the holders alive now, holder included, in any order.
+	Announce(ctx context.Context, holder string, ttl time.Duration) (live []string, err error)
+	// Withdraw ends holder's announcement at once (a Pool stopping), so
+	// that the others count it out at their next round.
+	Withdraw(ctx context.Context, holder string) error
+}
+
 // BackendLease is a backend's lease: who holds it, until when.
 type BackendLease struct {
 	// Holder is the Config.HolderID of the Pool that drives the backend.
@@ -54,8 +80,46 @@ type BackendLease struct {
 // of one process that share backends (and tests). Its zero value is
 // ready to use; it is safe for concurrent use.
 type MemoryBackendLeases struct {
-	mu     sync.Mutex
-	leases map[string]BackendLease
+	mu      sync.Mutex
+	leases  map[string]BackendLease
+	holders map[string]time.Time // announced holder -> end of its announcement
+}
+
+var _ HolderRegistry = (*MemoryBackendLeases)(nil)
+
+// Announce implements HolderRegistry.
+func (m *MemoryBackendLeases) Announce(ctx context.Context, holder string, ttl time.Duration) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if m.holders == nil {
+		m.holders = map[string]time.Time{}
+	}
+	m.holders[holder] = now.Add(ttl)
+	var live []string
+	for h, until := range m.holders {
+		if !now.Before(until) {
+			delete(m.holders, h)
+			continue
+		}
+		live = append(live, h)
+	}
+	slices.Sort(live)
+	return live, nil
+}
+
+// Withdraw implements HolderRegistry.
+func (m *MemoryBackendLeases) Withdraw(ctx context.Context, holder string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.holders, holder)
+	return nil
 }
 
 // Acquire implements BackendLeases.
@@ -112,6 +176,11 @@ type backendLease struct {
 	holder    string    // last known holder; "" before the first answer
 	heldUntil time.Time // this Pool drives the backend until then (zero: not held)
 	shown     leaseView // what the last client:lease event said
+
+	// handover is set while the Pool holds the lease but gives it to
+	// another Pool (above its fair share): no new job is claimed, and the
+	// lease is released once the backend's jobs ended (balance).
+	handover bool
 }
 
 // leaseView is what a client:lease event says of a lease.
@@ -135,15 +204,182 @@ func (p *WorkflowPool) leaseLoop(ctx context.Context) {
 	t := time.NewTicker(max(p.cfg.BackendLeaseTTL/3, time.Millisecond))
 	defer t.Stop()
 	for {
-		for _, b := range p.list() {
-			p.renewLease(ctx, b)
-		}
+		p.leaseRound(ctx)
 		select {
 		case <-t.C:
 		case <-p.leaseKick:
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// leaseRound renews the leases the Pool holds, takes free ones while it
+// holds fewer than its fair share (all it can without a HolderRegistry),
+// and hands the excess over.
+func (p *WorkflowPool) leaseRound(ctx context.Context) {
+	list := p.list()
+	share := p.fairShare(ctx, len(list))
+	kept := 0 // held and not handed over
+	var unheld []*backend
+	for _, b := range list {
+		p.mu.Lock()
+		held := p.heldLocked(b, time.Now())
+		p.mu.Unlock()
+		if !held {
+			unheld = append(unheld, b)
+			continue
+		}
+		if p.renewLease(ctx, b) {
+			p.mu.Lock()
+			if !b.lease.handover {
+				kept++
+			}
+			p.mu.Unlock()
+		}
+	}
+	for _, b := range unheld {
+		if kept >= share {
+			break
+		}
+		if p.renewLease(ctx, b) {
+			kept++
+		}
+	}
+	p.balance(ctx, share)
+}
+
+// fairShare is how many of its n backends the Pool may drive: all of
+// them without a HolderRegistry, else its share among the live holders
+// (see HolderRegistry). When the announce fails, the last known number
+// of live holders stands (1 before any answer: take all, as without a
+// registry).
+func (p *WorkflowPool) fairShare(ctx context.Context, n int) int {
+	reg, ok := p.cfg.BackendLeases.(HolderRegistry)
+	if !ok {
+		return n
+	}
+	ttl := p.cfg.BackendLeaseTTL
+	actx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Millisecond))
+	live, err := reg.Announce(actx, p.cfg.HolderID, ttl)
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err == nil:
+		if !slices.Contains(live, p.cfg.HolderID) {
+			live = append(live, p.cfg.HolderID)
+		}
+		slices.Sort(live)
+		p.liveHolders = slices.Compact(live)
+	case ctx.Err() == nil:
+		p.log.Warn("pool not announced: its share of the backends stays as it was", "error", err)
+	}
+	k := max(len(p.liveHolders), 1)
+	rank := max(slices.Index(p.liveHolders, p.cfg.HolderID), 0)
+	share := n / k
+	if rank < n%k {
+		share++
+	}
+	return share
+}
+
+// balance makes the Pool drive share backends at most: it marks the
+// excess for handover (the backends running the fewest jobs first; they
+// claim no new job), takes back backends marked for handover while it is
+// below its share, and releases the handed-over backends that run no job,
+// for another Pool to take.
+func (p *WorkflowPool) balance(ctx context.Context, share int) {
+	list := p.list()
+	p.mu.Lock()
+	now := time.Now()
+	var kept, over []*backend
+	for _, b := range list {
+		if !p.heldLocked(b, now) {
+			b.lease.handover = false
+			continue
+		}
+		if b.lease.handover {
+			over = append(over, b)
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	// Give back the idlest first: a backend with no job in flight goes
+	// at once.
+	slices.SortStableFunc(kept, func(a, b *backend) int { return a.inflight - b.inflight })
+	for len(kept) > share {
+		b := kept[len(kept)-1]
+		kept = kept[:len(kept)-1]
+		b.lease.handover = true
+		over = append(over, b)
+		p.log.Info("backend handed over to share the backends: no new job, released once its jobs end",
+			"backend", b.cfg.Name, "share", share, "in_flight", b.inflight)
+	}
+	var release []*backend
+	resumed := false
+	for _, b := range over {
+		switch {
+		case len(kept) < share: // the share grew back (a Pool left): keep it
+			b.lease.handover = false
+			kept = append(kept, b)
+			resumed = true
+			p.log.Info("backend handover called off: within this pool's share again", "backend", b.cfg.Name, "share", share)
+		case b.inflight == 0:
+			release = append(release, b)
+		}
+	}
+	p.mu.Unlock()
+	if resumed {
+		p.poke() // a backend kept may be claimed again
+	}
+	for _, b := range release {
+		p.handOver(ctx, b)
+	}
+}
+
+// handOver releases the lease of b, marked for handover and idle, so that
+// another Pool takes it.
+func (p *WorkflowPool) handOver(ctx context.Context, b *backend) {
+	b.lease.mu.Lock()
+	defer b.lease.mu.Unlock()
+	p.mu.Lock()
+	if b.lease.released || !b.lease.handover || b.inflight > 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	ttl := p.cfg.BackendLeaseTTL
+	rctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Millisecond))
+	err := p.cfg.BackendLeases.Release(rctx, b.cfg.Name, p.cfg.HolderID)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("backend lease not handed over: retried next round", "backend", b.cfg.Name, "error", err)
+		}
+		return
+	}
+	p.mu.Lock()
+	b.lease.handover = false
+	b.lease.holder, b.lease.heldUntil = "", time.Time{}
+	b.lease.shown = leaseView{}
+	p.mu.Unlock()
+	p.log.Info("backend lease handed over: not driven by this pool", "backend", b.cfg.Name)
+	p.events.publish(Event{Kind: EventClientLease, Backend: b.cfg.Name, Lease: &BackendLease{}})
+}
+
+// withdraw ends the Pool's announcement in a HolderRegistry (Stop, after
+// its leases were given back), so the other Pools' shares grow at their
+// next round.
+func (p *WorkflowPool) withdraw() {
+	reg, ok := p.cfg.BackendLeases.(HolderRegistry)
+	if !ok {
+		return
+	}
+	ctx, cancel := bgCtx()
+	defer cancel()
+	if err := reg.Withdraw(ctx, p.cfg.HolderID); err != nil {
+		p.log.Warn("pool announcement not withdrawn: it expires by itself", "error", err)
 	}
 }
 
@@ -171,6 +407,7 @@ func (p *WorkflowPool) stopLeases() {
 	cancel()
 	<-done
 	p.releaseLeases()
+	p.withdraw()
 }
 
 // kickLeases makes leaseLoop run a round now (a backend was added).
@@ -182,13 +419,14 @@ func (p *WorkflowPool) kickLeases() {
 }
 
 // renewLease takes or renews b's lease and publishes client:lease when
-// what the Pool knows of it changed.
-func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) {
+// what the Pool knows of it changed. It reports whether the Pool holds
+// the lease after the call.
+func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) bool {
 	ttl := p.cfg.BackendLeaseTTL
 	b.lease.mu.Lock()
 	if b.lease.released {
 		b.lease.mu.Unlock()
-		return
+		return false
 	}
 	start := time.Now() // the lease ends no later than ttl after this, by any clock in step
 	actx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Millisecond))
@@ -222,7 +460,7 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) {
 	}
 	p.mu.Unlock()
 	if !changed {
-		return
+		return view.held
 	}
 	switch {
 	case view.held:
@@ -234,6 +472,7 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) {
 		p.log.Warn("backend lease lost: not driven by this pool", "backend", b.cfg.Name)
 	}
 	p.events.publish(Event{Kind: EventClientLease, Backend: b.cfg.Name, Lease: &ev})
+	return view.held
 }
 
 // releaseLease gives b's lease back, for good (b was removed or the Pool

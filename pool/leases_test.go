@@ -59,6 +59,11 @@ func TestMemoryBackendLeases(t *testing.T) {
 	})
 }
 
+// takeAll hides the HolderRegistry of the BackendLeases it wraps: its
+// Pools take every backend they can, the first come taking all (the
+// behaviour without a registry). cuttable hides it too.
+type takeAll struct{ pool.BackendLeases }
+
 // cuttable wraps BackendLeases; cut makes one holder's calls fail, as a
 // process that lost its database would.
 type cuttable struct {
@@ -159,7 +164,7 @@ func TestBackendLeasesOneDriverPerBackend(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, 2*time.Second)
 		var leases pool.MemoryBackendLeases
-		ps := leasedPools(t, q, &leases, srvs, 2)
+		ps := leasedPools(t, q, takeAll{&leases}, srvs, 2)
 		for _, p := range ps {
 			require.NoError(t, p.Start(t.Context()))
 		}
@@ -212,7 +217,7 @@ func TestBackendLeasesTakenOverWhenHolderStops(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, 2*time.Second)
 		var leases pool.MemoryBackendLeases
-		ps := leasedPools(t, q, &leases, srvs, 2)
+		ps := leasedPools(t, q, takeAll{&leases}, srvs, 2)
 		first, second := ps[0], ps[1]
 		evs := leaseEvents(second)
 		require.NoError(t, first.Start(t.Context()))
@@ -313,7 +318,7 @@ func TestBackendLeasesHolderOfNothingServesTheQueue(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 1, 2*time.Second)
 		var leases pool.MemoryBackendLeases
-		ps := leasedPools(t, q, &leases, srvs, 2)
+		ps := leasedPools(t, q, takeAll{&leases}, srvs, 2)
 		holder, front := ps[0], ps[1]
 		require.NoError(t, holder.Start(t.Context()))
 		synctest.Wait()
@@ -352,7 +357,7 @@ func TestBackendLeasesFollowAddAndRemove(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, time.Second)
 		var leases pool.MemoryBackendLeases
-		ps := leasedPools(t, q, &leases, srvs[:1], 2)
+		ps := leasedPools(t, q, takeAll{&leases}, srvs[:1], 2)
 		first, second := ps[0], ps[1]
 		require.NoError(t, first.Start(t.Context()))
 		synctest.Wait()

@@ -51,6 +51,7 @@ type WorkflowPool struct {
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 
 	leaseKick   chan struct{}      // 1-buffered: leaseLoop runs a round now
+	liveHolders []string           // guarded by mu: the live holders at the last announce, sorted (HolderRegistry)
 	leaseCancel context.CancelFunc // guarded by mu; ends leaseLoop (nil: not started)
 	leaseDone   chan struct{}      // closed when leaseLoop ended
 
@@ -291,9 +292,16 @@ type BackendStats struct {
 	// BackendLeases, before the first answer, or when this Pool lost the
 	// lease without learning who took it. HeldElsewhere is set when this
 	// Pool does not drive the backend now (it claims it for no job):
-	// always false without BackendLeases.
+	// always false without BackendLeases. A backend this Pool handed
+	// over to another (see HolderRegistry) shows Holder "" until this
+	// Pool next asks for its lease.
 	Holder        string
 	HeldElsewhere bool
+	// HandingOver is set while this Pool holds the backend's lease but
+	// hands it over to another Pool, being above its fair share (see
+	// HolderRegistry): it claims the backend for no new job and releases
+	// the lease once its jobs there ended.
+	HandingOver bool
 }
 
 // Stats is a snapshot of the Pool's counters.
@@ -362,7 +370,7 @@ func (p *WorkflowPool) Backends() []BackendStats {
 		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining,
 			VRAMFree: b.caps.vram, Capabilities: b.caps.set,
-			Holder: holder, HeldElsewhere: !held})
+			Holder: holder, HeldElsewhere: !held, HandingOver: held && b.lease.handover})
 	}
 	return out
 }
