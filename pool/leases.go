@@ -65,6 +65,10 @@ type HolderRegistry interface {
 	// Withdraw ends holder's announcement at once (a Pool stopping), so
 	// that the others count it out at their next round.
 	Withdraw(ctx context.Context, holder string) error
+	// List returns the leases in force (unexpired) by backend. A Pool
+	// calls it on a round after it handed a backend over, to learn who
+	// took it (BackendStats.Holder) without asking for the lease.
+	List(ctx context.Context) (map[string]BackendLease, error)
 }
 
 // BackendLease is a backend's lease: who holds it, until when.
@@ -109,6 +113,23 @@ func (m *MemoryBackendLeases) Announce(ctx context.Context, holder string, ttl t
 	}
 	slices.Sort(live)
 	return live, nil
+}
+
+// List implements HolderRegistry.
+func (m *MemoryBackendLeases) List(ctx context.Context) (map[string]BackendLease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := map[string]BackendLease{}
+	for name, l := range m.leases {
+		if now.Before(l.Expires) {
+			out[name] = l
+		}
+	}
+	return out, nil
 }
 
 // Withdraw implements HolderRegistry.
@@ -238,15 +259,61 @@ func (p *WorkflowPool) leaseRound(ctx context.Context) {
 			p.mu.Unlock()
 		}
 	}
+	var unknown []*backend // held elsewhere, by whom this Pool does not know
 	for _, b := range unheld {
-		if kept >= share {
-			break
+		if kept < share {
+			if p.renewLease(ctx, b) {
+				kept++
+			}
+			continue
 		}
-		if p.renewLease(ctx, b) {
-			kept++
+		p.mu.Lock()
+		if b.lease.holder == "" && !b.lease.released {
+			unknown = append(unknown, b)
+		}
+		p.mu.Unlock()
+	}
+	p.learnHolders(ctx, unknown)
+	p.balance(ctx, share)
+}
+
+// learnHolders asks the HolderRegistry who holds the backends this Pool
+// neither holds nor asks for (it is at its share) and whose holder it
+// does not know (it handed them over), and publishes client:lease for
+// each it learns.
+func (p *WorkflowPool) learnHolders(ctx context.Context, bs []*backend) {
+	reg, ok := p.cfg.BackendLeases.(HolderRegistry)
+	if !ok || len(bs) == 0 {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, max(p.cfg.BackendLeaseTTL/3, time.Millisecond))
+	leases, err := reg.List(actx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("backend leases not listed", "error", err)
+		}
+		return
+	}
+	for _, b := range bs {
+		l, ok := leases[b.cfg.Name]
+		if !ok || l.Holder == p.cfg.HolderID {
+			continue
+		}
+		b.lease.mu.Lock()
+		p.mu.Lock()
+		learnt := !b.lease.released && b.lease.holder == "" && !p.heldLocked(b, time.Now())
+		if learnt {
+			b.lease.holder = l.Holder
+			b.lease.shown = leaseView{holder: l.Holder}
+		}
+		p.mu.Unlock()
+		b.lease.mu.Unlock()
+		if learnt {
+			p.log.Info("backend held elsewhere: not driven by this pool", "backend", b.cfg.Name, "holder", l.Holder)
+			p.events.publish(Event{Kind: EventClientLease, Backend: b.cfg.Name, Lease: &l})
 		}
 	}
-	p.balance(ctx, share)
 }
 
 // fairShare is how many of its n backends the Pool may drive: all of

@@ -19,10 +19,15 @@ import (
 // dies and its lease expires. Expiry is judged by the database's clock,
 // so the processes' clocks need not agree. It is safe for concurrent use;
 // it does not close db.
+//
+// It is a pool.HolderRegistry too (the table lease_holders, see
+// migrations/004_holders.sql): the Pools on one schema know each other
+// and each drives its fair share of the backends.
 type BackendLeases struct {
-	db    *pgxpool.Pool
-	table string // schema-qualified, quoted
-	now   func() time.Time
+	db      *pgxpool.Pool
+	table   string // schema-qualified, quoted
+	holders string // lease_holders, schema-qualified, quoted
+	now     func() time.Time
 }
 
 // BackendLeasesConfig configures BackendLeases. The zero value is usable.
@@ -54,10 +59,14 @@ func NewBackendLeases(db *pgxpool.Pool, cfg *BackendLeasesConfig) (*BackendLease
 	if c.Schema == "" {
 		c.Schema = DefaultSchema
 	}
-	return &BackendLeases{db: db, table: pgx.Identifier{c.Schema, "backend_leases"}.Sanitize(), now: c.Test.Now}, nil
+	return &BackendLeases{db: db, table: pgx.Identifier{c.Schema, "backend_leases"}.Sanitize(),
+		holders: pgx.Identifier{c.Schema, "lease_holders"}.Sanitize(), now: c.Test.Now}, nil
 }
 
-var _ pool.BackendLeases = (*BackendLeases)(nil)
+var (
+	_ pool.BackendLeases  = (*BackendLeases)(nil)
+	_ pool.HolderRegistry = (*BackendLeases)(nil)
+)
 
 // clock returns the test clock's time, or nil: the statement then uses
 // the database's now().
@@ -127,4 +136,45 @@ func (l *BackendLeases) List(ctx context.Context) (map[string]pool.BackendLease,
 		return nil, fmt.Errorf("pgqueue: list backend leases: %w", err)
 	}
 	return out, nil
+}
+
+// Announce implements pool.HolderRegistry in one statement: holder's row
+// is inserted or its expiry moved to ttl from now (by the database's
+// clock), the rows of other holders that expired are deleted, and the
+// live holders are returned. A holder that announced itself in a
+// transaction not yet committed when this statement began is missed
+// until the next round.
+func (l *BackendLeases) Announce(ctx context.Context, holder string, ttl time.Duration) ([]string, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("pgqueue: announce lease holder %q: ttl must be positive", holder)
+	}
+	q := `WITH clock AS (SELECT coalesce($3::timestamptz, now()) AS t),
+	self AS (
+		INSERT INTO ` + l.holders + ` (holder, expires_at)
+		SELECT $1, t + $2 * interval '1 microsecond' FROM clock
+		ON CONFLICT (holder) DO UPDATE SET expires_at = EXCLUDED.expires_at
+		RETURNING holder),
+	gone AS (
+		DELETE FROM ` + l.holders + ` h USING clock
+		WHERE h.expires_at <= clock.t AND h.holder <> $1)
+	SELECT holder FROM self
+	UNION
+	SELECT h.holder FROM ` + l.holders + ` h, clock WHERE h.expires_at > clock.t AND h.holder <> $1`
+	rows, err := l.db.Query(ctx, q, holder, ttl.Microseconds(), l.clock())
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: announce lease holder %q: %w", holder, err)
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgqueue: announce lease holder %q: %w", holder, err)
+	}
+	return live, nil
+}
+
+// Withdraw implements pool.HolderRegistry: holder's row is deleted.
+func (l *BackendLeases) Withdraw(ctx context.Context, holder string) error {
+	if _, err := l.db.Exec(ctx, `DELETE FROM `+l.holders+` WHERE holder = $1`, holder); err != nil {
+		return fmt.Errorf("pgqueue: withdraw lease holder %q: %w", holder, err)
+	}
+	return nil
 }
