@@ -149,8 +149,22 @@ type Config struct {
 	// takes over the backends of a Pool that died once their leases
 	// expire. A Pool that loses a lease (renewals failing until it
 	// expires, or another holder) claims the backend no more; its jobs
-	// running there go on. Nil: the Pool drives all its backends, alone.
-	// The Pool does not close it.
+	// running there go on.
+	//
+	// When it is a HolderRegistry too (MemoryBackendLeases and
+	// pgqueue.BackendLeases are), the live Pools share the backends
+	// fairly: each drives at most ceil(n/k) of the n backends it lists,
+	// k the live Pools, taking free ones only below its share and handing
+	// the excess over when a Pool arrives (a backend with jobs running
+	// first claims no new job, and is released once they ended: no job
+	// is interrupted). The shares count each Pool's own list, so they are
+	// exact when the Pools list the same backends (see HolderRegistry
+	// for different lists).
+	// Without it, a Pool takes every backend it can, so the first Pool
+	// to start drives them all until it stops or dies.
+	//
+	// Nil: the Pool drives all its backends, alone. The Pool does not
+	// close it.
 	BackendLeases BackendLeases
 
 	// BackendLeaseTTL is how long a backend lease lasts unless renewed:

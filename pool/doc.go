@@ -157,8 +157,23 @@
 //     never send it a job; when the holder stops it gives its leases
 //     back, when it dies they expire, and another Pool takes them at its
 //     next renewal. A Pool that holds no backend still enqueues, waits,
-//     watches and cancels. [BackendStats].Holder and HeldElsewhere, and
-//     client:lease events, say which Pool drives which backend;
+//     watches and cancels. [BackendStats].Holder, HeldElsewhere and
+//     HandingOver, and client:lease events, say which Pool drives which
+//     backend;
+//   - the live Pools: when the BackendLeases is a [HolderRegistry] too
+//     (pgqueue's is), each Pool announces itself every lease round and
+//     drives its fair share of the backends, at most ceil(n/k) of the n
+//     it lists with k Pools alive, so that two or three processes each
+//     drive some. Below its share a Pool takes free backends; above it
+//     (a Pool arrived) it hands the excess over, the idlest first: a
+//     backend running jobs claims no new one and is released once they
+//     ended, and another Pool takes it at its next round. A Pool that
+//     stops withdraws and gives its leases back, one that dies expires,
+//     and the others' shares grow within a round or two. The shares are
+//     exact when the Pools list the same backends (each counts its own
+//     list); otherwise a backend no Pool took for a lease TTL is taken
+//     as a spare by a Pool that lists it. Without a registry the first
+//     Pool to start drives every backend;
 //   - failover blocks: a Config.FailoverStrategy kept in the database
 //     (one that is a [BlockLister] too), so a (backend, workflow) pair
 //     blocked by one process is skipped by all and a restart remembers

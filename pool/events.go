@@ -38,7 +38,8 @@ const (
 	EventClientCapabilities EventKind = "client:capabilities"
 	// EventClientLease: with Config.BackendLeases, this Pool took the
 	// backend's lease (it drives the backend), or learnt that another
-	// Pool holds it, or lost it; Event.Lease says who holds it now.
+	// Pool holds it, or lost it, or handed it over to another Pool (fair
+	// shares, see HolderRegistry); Event.Lease says who holds it now.
 	EventClientLease EventKind = "client:lease"
 
 	EventPoolReady   EventKind = "pool:ready"   // Start returned
@@ -88,7 +89,8 @@ type Event struct {
 	// Lease is the backend's lease as this Pool now knows it
 	// (client:lease): Holder is this Pool's HolderID when it drives the
 	// backend, another Pool's when that one does, "" when this Pool lost
-	// the lease without learning who took it.
+	// the lease without learning who took it, or handed it over (see
+	// HolderRegistry; the holder that took it follows in another event).
 	Lease *BackendLease
 }
 

@@ -88,6 +88,11 @@ func TestFairShareTwoPools(t *testing.T) {
 		}
 		require.Len(t, settled, 4)
 
+		for _, p := range ps {
+			for _, bs := range p.Backends() {
+				assert.Equal(t, settled[bs.Name], bs.Holder, "%s knows who drives %s", p.HolderID(), bs.Name)
+			}
+		}
 		for range 30 {
 			rounds(1)
 			for _, p := range ps {
@@ -208,5 +213,52 @@ func TestFairShareNeedsRegistry(t *testing.T) {
 		rounds(5)
 		assert.Equal(t, 4, driven(ps[0]))
 		assert.Equal(t, 0, driven(ps[1]))
+	})
+}
+
+// Pools listing different backends: p0 lists four, p1 the first two
+// only. Each counts its own list, so the shares alone could leave a
+// backend undriven; a backend no Pool below its share takes for a lease
+// TTL is taken as a spare. Every backend ends up driven by exactly one
+// Pool, and then the leases stay put.
+func TestFairShareDifferentLists(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		srvs := slowServers(t, 4, time.Second)
+		var leases pool.MemoryBackendLeases
+		p0 := leasedPools(t, q, &leases, srvs, 1)[0]
+		p1 := newBundle(t, nil, func(c *pool.Config) {
+			c.Backends = backendsFor(srvs[:2])
+			c.Queue = q
+			c.BackendLeases = &leases
+			c.BackendLeaseTTL = 3 * time.Second
+			c.HolderID = "p1"
+		}).pool
+		ps := []*pool.WorkflowPool{p0, p1}
+		require.NoError(t, p0.Start(t.Context()))
+		synctest.Wait()
+		require.NoError(t, p1.Start(t.Context()))
+		rounds(8) // a lease TTL and a few rounds
+		drivers := func() map[string]string {
+			out := map[string]string{}
+			for _, p := range ps {
+				for _, bs := range p.Backends() {
+					if !bs.HeldElsewhere {
+						require.Empty(t, out[bs.Name], "%s driven by two Pools", bs.Name)
+						out[bs.Name] = p.HolderID()
+					}
+				}
+			}
+			return out
+		}
+		settled := drivers()
+		assert.Len(t, settled, 4, "every backend is driven: %v", settled)
+		rounds(20)
+		assert.Equal(t, settled, drivers(), "no lease moved")
+
+		id, err := p1.Enqueue(t.Context(), samplerWF(t, "fake_sd15.safetensors", 1), nil)
+		require.NoError(t, err)
+		_, err = p1.Wait(t.Context(), id)
+		require.NoError(t, err, "run by whichever Pool drives a backend")
 	})
 }

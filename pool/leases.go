@@ -53,8 +53,26 @@ type BackendLeases interface {
 // round (every third of Config.BackendLeaseTTL) and drives at most its
 // share of the backends it lists: with n backends and k live holders,
 // sorted by name, the first n%k holders have n/k+1 and the others n/k
-// (so never more than ceil(n/k)). Without it a Pool takes every backend
-// it can, as the first come.
+// (so never more than ceil(n/k)). Below its share a Pool takes free
+// backends; above it, it hands the excess over (BackendStats.HandingOver):
+// the backends running the fewest jobs first, each claiming no new job
+// and released once its jobs ended, so no job is interrupted. The shares
+// hold still while the live holders do: no lease moves back and forth.
+// Without it a Pool takes every backend it can, the first come taking
+// all.
+//
+// Each Pool counts the backends it lists, not knowing the others'
+// lists, so the shares are exact when the Pools sharing backends list
+// the same ones. With different lists the shares are approximate, and a
+// Pool at its share takes as a spare (beyond its share) a backend it
+// lists that no Pool held for a whole lease TTL, so that no backend is
+// left undriven; a spare counts in its share again when the live holders
+// change. (A backend only one Pool lists is thus driven by that Pool,
+// within its share or as a spare.)
+//
+// List is used to learn who took a backend this Pool handed over and to
+// see the free ones, once a round while the Pool is at its share and
+// lists a backend it does not hold.
 //
 // Implementations must be safe for concurrent use. [MemoryBackendLeases]
 // implements it; so does package queue/pgqueue's BackendLeases.
@@ -65,9 +83,8 @@ type HolderRegistry interface {
 	// Withdraw ends holder's announcement at once (a Pool stopping), so
 	// that the others count it out at their next round.
 	Withdraw(ctx context.Context, holder string) error
-	// List returns the leases in force (unexpired) by backend. A Pool
-	// calls it on a round after it handed a backend over, to learn who
-	// took it (BackendStats.Holder) without asking for the lease.
+	// List returns the leases in force (unexpired) by backend, by the
+	// registry's clock. It reads without taking a lease.
 	List(ctx context.Context) (map[string]BackendLease, error)
 }
 
@@ -202,6 +219,13 @@ type backendLease struct {
 	// another Pool (above its fair share): no new job is claimed, and the
 	// lease is released once the backend's jobs ended (balance).
 	handover bool
+	// spare is set while the Pool holds the lease beyond its share,
+	// because no Pool took the backend for a whole TTL (watchOthers); it is not
+	// counted in the share until the live holders change.
+	spare bool
+	// freeSince is when watchOthers first saw no lease on the backend (zero:
+	// held, or not watched).
+	freeSince time.Time
 }
 
 // leaseView is what a client:lease event says of a lease.
@@ -237,11 +261,11 @@ func (p *WorkflowPool) leaseLoop(ctx context.Context) {
 
 // leaseRound renews the leases the Pool holds, takes free ones while it
 // holds fewer than its fair share (all it can without a HolderRegistry),
-// and hands the excess over.
+// watches the others (watchOthers), and hands the excess over (balance).
 func (p *WorkflowPool) leaseRound(ctx context.Context) {
 	list := p.list()
 	share := p.fairShare(ctx, len(list))
-	kept := 0 // held and not handed over
+	kept := 0 // held, counted in the share: not handed over, not spare
 	var unheld []*backend
 	for _, b := range list {
 		p.mu.Lock()
@@ -253,13 +277,13 @@ func (p *WorkflowPool) leaseRound(ctx context.Context) {
 		}
 		if p.renewLease(ctx, b) {
 			p.mu.Lock()
-			if !b.lease.handover {
+			if !b.lease.handover && !b.lease.spare {
 				kept++
 			}
 			p.mu.Unlock()
 		}
 	}
-	var unknown []*backend // held elsewhere, by whom this Pool does not know
+	var others []*backend // not held, not asked for: the Pool is at its share
 	for _, b := range unheld {
 		if kept < share {
 			if p.renewLease(ctx, b) {
@@ -267,26 +291,26 @@ func (p *WorkflowPool) leaseRound(ctx context.Context) {
 			}
 			continue
 		}
-		p.mu.Lock()
-		if b.lease.holder == "" && !b.lease.released {
-			unknown = append(unknown, b)
-		}
-		p.mu.Unlock()
+		others = append(others, b)
 	}
-	p.learnHolders(ctx, unknown)
+	p.watchOthers(ctx, others)
 	p.balance(ctx, share)
 }
 
-// learnHolders asks the HolderRegistry who holds the backends this Pool
-// neither holds nor asks for (it is at its share) and whose holder it
-// does not know (it handed them over), and publishes client:lease for
-// each it learns.
-func (p *WorkflowPool) learnHolders(ctx context.Context, bs []*backend) {
+// watchOthers looks, through the HolderRegistry's List, at the backends this
+// Pool lists but neither holds nor asks for, being at its share: it
+// learns who took the ones it handed over (publishing client:lease), and
+// takes as a spare a backend that no Pool held for a whole lease TTL:
+// one that no Pool below its share lists (the Pools list different
+// backends). A spare does not count in the share until the live holders
+// change.
+func (p *WorkflowPool) watchOthers(ctx context.Context, bs []*backend) {
 	reg, ok := p.cfg.BackendLeases.(HolderRegistry)
 	if !ok || len(bs) == 0 {
 		return
 	}
-	actx, cancel := context.WithTimeout(ctx, max(p.cfg.BackendLeaseTTL/3, time.Millisecond))
+	ttl := p.cfg.BackendLeaseTTL
+	actx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Millisecond))
 	leases, err := reg.List(actx)
 	cancel()
 	if err != nil {
@@ -296,22 +320,39 @@ func (p *WorkflowPool) learnHolders(ctx context.Context, bs []*backend) {
 		return
 	}
 	for _, b := range bs {
-		l, ok := leases[b.cfg.Name]
-		if !ok || l.Holder == p.cfg.HolderID {
-			continue
+		l, leased := leases[b.cfg.Name]
+		if leased && l.Holder == p.cfg.HolderID {
+			continue // taken since (on a kick): the next round renews it
 		}
 		b.lease.mu.Lock()
 		p.mu.Lock()
-		learnt := !b.lease.released && b.lease.holder == "" && !p.heldLocked(b, time.Now())
-		if learnt {
-			b.lease.holder = l.Holder
-			b.lease.shown = leaseView{holder: l.Holder}
+		now := time.Now()
+		var learnt, spare bool
+		switch {
+		case b.lease.released || p.heldLocked(b, now):
+		case leased:
+			b.lease.freeSince = time.Time{}
+			if b.lease.holder == "" {
+				learnt = true
+				b.lease.holder = l.Holder
+				b.lease.shown = leaseView{holder: l.Holder}
+			}
+		case b.lease.freeSince.IsZero():
+			b.lease.freeSince = now
+		case now.Sub(b.lease.freeSince) >= ttl:
+			spare = true
 		}
 		p.mu.Unlock()
 		b.lease.mu.Unlock()
 		if learnt {
 			p.log.Info("backend held elsewhere: not driven by this pool", "backend", b.cfg.Name, "holder", l.Holder)
 			p.events.publish(Event{Kind: EventClientLease, Backend: b.cfg.Name, Lease: &l})
+		}
+		if spare && p.renewLease(ctx, b) {
+			p.mu.Lock()
+			b.lease.spare, b.lease.freeSince = true, time.Time{}
+			p.mu.Unlock()
+			p.log.Info("backend taken as a spare: no pool below its share took it for a lease TTL", "backend", b.cfg.Name)
 		}
 	}
 }
@@ -338,7 +379,13 @@ func (p *WorkflowPool) fairShare(ctx context.Context, n int) int {
 			live = append(live, p.cfg.HolderID)
 		}
 		slices.Sort(live)
-		p.liveHolders = slices.Compact(live)
+		live = slices.Compact(live)
+		if !slices.Equal(live, p.liveHolders) {
+			p.liveHolders = live
+			for _, b := range p.list() {
+				b.lease.spare = false // counted in the share again: handed over if in excess
+			}
+		}
 	case ctx.Err() == nil:
 		p.log.Warn("pool not announced: its share of the backends stays as it was", "error", err)
 	}
@@ -363,12 +410,13 @@ func (p *WorkflowPool) balance(ctx context.Context, share int) {
 	var kept, over []*backend
 	for _, b := range list {
 		if !p.heldLocked(b, now) {
-			b.lease.handover = false
+			b.lease.handover, b.lease.spare = false, false
 			continue
 		}
-		if b.lease.handover {
+		switch {
+		case b.lease.handover:
 			over = append(over, b)
-		} else {
+		case !b.lease.spare:
 			kept = append(kept, b)
 		}
 	}

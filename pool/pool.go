@@ -293,8 +293,8 @@ type BackendStats struct {
 	// lease without learning who took it. HeldElsewhere is set when this
 	// Pool does not drive the backend now (it claims it for no job):
 	// always false without BackendLeases. A backend this Pool handed
-	// over to another (see HolderRegistry) shows Holder "" until this
-	// Pool next asks for its lease.
+	// over to another (see HolderRegistry) shows Holder "" until its next
+	// lease round learns who took it.
 	Holder        string
 	HeldElsewhere bool
 	// HandingOver is set while this Pool holds the backend's lease but

@@ -129,6 +129,18 @@
 //	ex, _ := dag.New(&dag.Config{Runner: p, Store: store, Owner: hostname})
 //	resumed, err := ex.ResumeAbandoned(ctx, nil)
 //
+// # Shared backends
+//
+// [BackendLeases] is a pool.BackendLeases (migrations/003_backends.sql):
+// Pools in several processes listing the same backends each drive a
+// backend only while they hold its lease, so a backend's MaxInFlight
+// holds across them. It is a pool.HolderRegistry too
+// (migrations/004_holders.sql): every Pool announces itself each lease
+// round, in one statement that returns the live Pools, and drives its
+// fair share of the backends, so two or three processes each drive some
+// and the shares follow the processes as they come and go. [Failover]
+// shares the failover blocks the same way.
+//
 // # Errors
 //
 // Errors of the database are wrapped ("pgqueue: lease: ...") and marked
