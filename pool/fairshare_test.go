@@ -262,3 +262,48 @@ func TestFairShareDifferentLists(t *testing.T) {
 		require.NoError(t, err, "run by whichever Pool drives a backend")
 	})
 }
+
+// A Pool above its share hands its idle backends over first: p0 drives
+// all four, two of them running slow jobs, when p1 arrives; p0 gives
+// the two idle ones at once and keeps the busy ones, whose jobs go on.
+func TestFairShareHandsIdleBackendsOverFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := sharedQueue(t)
+		srvs := slowServers(t, 4, 10*time.Second)
+		var leases pool.MemoryBackendLeases
+		ps := leasedPools(t, q, &leases, srvs, 2)
+		require.NoError(t, ps[0].Start(t.Context()))
+		synctest.Wait()
+		require.Equal(t, 4, driven(ps[0]))
+		var ids []string
+		for i := range 2 {
+			id, err := ps[0].Enqueue(t.Context(), samplerWF(t, "fake_sd15.safetensors", i), nil)
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		synctest.Wait()
+		busy := map[string]bool{}
+		for _, bs := range ps[0].Backends() {
+			if bs.InFlight > 0 {
+				busy[bs.Name] = true
+			}
+		}
+		require.Len(t, busy, 2)
+
+		require.NoError(t, ps[1].Start(t.Context()))
+		rounds(2) // p0 learns of p1 and hands over; p1 takes
+		for _, bs := range ps[0].Backends() {
+			assert.Equal(t, busy[bs.Name], !bs.HeldElsewhere, "%s: p0 keeps the busy ones", bs.Name)
+			assert.False(t, bs.HandingOver, "%s", bs.Name)
+		}
+		assert.Equal(t, 2, driven(ps[1]), "p1 took the idle ones")
+		for _, id := range ids {
+			res, err := ps[0].Wait(t.Context(), id)
+			require.NoError(t, err)
+			assert.Len(t, res.Attempts, 1)
+		}
+		for i, s := range srvs {
+			assert.Empty(t, s.Interrupts(), "gpu-%d", i)
+		}
+	})
+}

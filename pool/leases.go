@@ -52,14 +52,15 @@ type BackendLeases interface {
 // Config.BackendLeases implements it announces itself on every lease
 // round (every third of Config.BackendLeaseTTL) and drives at most its
 // share of the backends it lists: with n backends and k live holders,
-// sorted by name, the first n%k holders have n/k+1 and the others n/k
-// (so never more than ceil(n/k)). Below its share a Pool takes free
-// backends; above it, it hands the excess over (BackendStats.HandingOver):
-// the backends running the fewest jobs first, each claiming no new job
-// and released once its jobs ended, so no job is interrupted. The shares
-// hold still while the live holders do: no lease moves back and forth.
-// Without it a Pool takes every backend it can, the first come taking
-// all.
+// sorted by name, the first n%k holders have n/k+1 and the others n/k,
+// but at least one (so never more than ceil(n/k)). Below its share a
+// Pool takes free backends; above it, it hands the excess over
+// (BackendStats.HandingOver): the backends running the fewest jobs
+// first, each claiming no new job and released once its jobs ended, so
+// no job is interrupted. A lease moves only from a Pool above its share
+// to one below it, which happens only when the live holders (or a
+// Pool's list) change: no lease moves back and forth. Without it a Pool
+// takes every backend it can, the first come taking all.
 //
 // Each Pool counts the backends it lists, not knowing the others'
 // lists, so the shares are exact when the Pools sharing backends list
@@ -220,11 +221,11 @@ type backendLease struct {
 	// lease is released once the backend's jobs ended (balance).
 	handover bool
 	// spare is set while the Pool holds the lease beyond its share,
-	// because no Pool took the backend for a whole TTL (watchOthers); it is not
-	// counted in the share until the live holders change.
+	// because no Pool took the backend for a whole TTL (watchOthers); it
+	// is not counted in the share until the live holders change.
 	spare bool
-	// freeSince is when watchOthers first saw no lease on the backend (zero:
-	// held, or not watched).
+	// freeSince is when watchOthers first saw no lease on the backend
+	// (zero: held, or not watched).
 	freeSince time.Time
 }
 
@@ -297,9 +298,10 @@ func (p *WorkflowPool) leaseRound(ctx context.Context) {
 	p.balance(ctx, share)
 }
 
-// watchOthers looks, through the HolderRegistry's List, at the backends this
-// Pool lists but neither holds nor asks for, being at its share: it
-// learns who took the ones it handed over (publishing client:lease), and
+// watchOthers looks, through the HolderRegistry's List, at the backends
+// this Pool lists but neither holds nor asks for, being at its share: it
+// learns who holds them now (who took the ones it handed over, who took
+// over from a Pool that died), publishing client:lease, and
 // takes as a spare a backend that no Pool held for a whole lease TTL:
 // one that no Pool below its share lists (the Pools list different
 // backends). A spare does not count in the share until the live holders
@@ -332,7 +334,7 @@ func (p *WorkflowPool) watchOthers(ctx context.Context, bs []*backend) {
 		case b.lease.released || p.heldLocked(b, now):
 		case leased:
 			b.lease.freeSince = time.Time{}
-			if b.lease.holder == "" {
+			if b.lease.holder != l.Holder {
 				learnt = true
 				b.lease.holder = l.Holder
 				b.lease.shown = leaseView{holder: l.Holder}
@@ -395,7 +397,7 @@ func (p *WorkflowPool) fairShare(ctx context.Context, n int) int {
 	if rank < n%k {
 		share++
 	}
-	return share
+	return max(share, min(n, 1)) // more Pools than backends (or different lists): one each still
 }
 
 // balance makes the Pool drive share backends at most: it marks the
@@ -420,9 +422,9 @@ func (p *WorkflowPool) balance(ctx context.Context, share int) {
 			kept = append(kept, b)
 		}
 	}
-	// Give back the idlest first: a backend with no job in flight goes
-	// at once.
-	slices.SortStableFunc(kept, func(a, b *backend) int { return a.inflight - b.inflight })
+	// Give back the idlest first (the last, sorted by jobs in flight,
+	// most first): a backend with no job in flight goes at once.
+	slices.SortStableFunc(kept, func(a, b *backend) int { return b.inflight - a.inflight })
 	for len(kept) > share {
 		b := kept[len(kept)-1]
 		kept = kept[:len(kept)-1]

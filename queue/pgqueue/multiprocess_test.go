@@ -405,9 +405,10 @@ func TestKillOnePoolProcess(t *testing.T) {
 		ids[i] = id
 	}
 
-	// The victim drives two backends; the survivors list all six and
-	// share the other four, then take the victim's over.
-	victim := startChild(t, "victim", schema, strings.Join(all[:2], ","), envDAG+"=start")
+	// The three list all six backends and share them fairly, two each
+	// (pgqueue.BackendLeases is a pool.HolderRegistry); the survivors
+	// take the victim's over.
+	victim := startChild(t, "victim", schema, strings.Join(all, ","), envDAG+"=start")
 	victim.expect(t, "ready", time.Minute)
 	dagID := victim.expect(t, "dag", time.Minute)
 	survivors := []*child{
@@ -445,13 +446,12 @@ func TestKillOnePoolProcess(t *testing.T) {
 
 	// Kill the victim once it holds at least 20 leases whose prompts its
 	// backends have received.
-	victimServers := servers[:2]
 	var submitted map[string]string // job id -> prompt id
 	best := 0
 	waitFor(t, time.Minute, "the victim to hold 20 submitted prompts", func() bool {
 		submitted = map[string]string{}
 		received := map[string]bool{}
-		for _, s := range victimServers {
+		for _, s := range servers {
 			for _, pr := range s.Prompts() {
 				received[pr.PromptID] = true
 			}
