@@ -7,7 +7,8 @@
 //	go run ./queue/pgqueue/examples/shared                      # PostgreSQL on 127.0.0.1:5432
 //	go run ./queue/pgqueue/examples/shared -db postgres://... -jobs 40
 //
-// Each job's line names the worker process and backend that ran it.
+// Each job's line names the backend that ran it; at the end, the database
+// says which worker drives each backend (they share them, two each).
 package main
 
 import (
@@ -97,6 +98,16 @@ func run(ctx context.Context, dbURL, schema, servers string, n int) error {
 	}
 	defer stopWorkers()
 
+	// The workers share the backends (each drives half); wait until the
+	// database shows them settled, so that the jobs show both at work.
+	leases, err := pgqueue.NewBackendLeases(db, &pgqueue.BackendLeasesConfig{Schema: schema})
+	if err != nil {
+		return err
+	}
+	if err := settled(ctx, leases, 2, 30*time.Second); err != nil {
+		return err
+	}
+
 	qdb, q, err := open(ctx, dbURL, schema)
 	if err != nil {
 		return err
@@ -140,10 +151,6 @@ func run(ctx context.Context, dbURL, schema, servers string, n int) error {
 	}
 	fmt.Printf("%d jobs in %v\n", n, time.Since(start).Round(time.Millisecond))
 	// Which process drives which backend, as the database says.
-	leases, err := pgqueue.NewBackendLeases(db, &pgqueue.BackendLeasesConfig{Schema: schema})
-	if err != nil {
-		return err
-	}
 	held, err := leases.List(ctx)
 	if err != nil {
 		return err
@@ -152,6 +159,30 @@ func run(ctx context.Context, dbURL, schema, servers string, n int) error {
 		fmt.Printf("%s is driven by %s (%d jobs)\n", name, held[name].Holder, ran[name])
 	}
 	return nil
+}
+
+// settled waits until the backends are driven by n processes.
+func settled(ctx context.Context, leases *pgqueue.BackendLeases, n int, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		held, err := leases.List(ctx)
+		if err != nil {
+			return fmt.Errorf("the workers did not share the backends: %w", err)
+		}
+		holders := map[string]bool{}
+		for _, l := range held {
+			holders[l.Holder] = true
+		}
+		if len(holders) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the workers did not share the backends within %v", within)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // startWorkers starts this program once per name as a worker process and
@@ -227,8 +258,11 @@ func runWorker(ctx context.Context, dbURL, schema, name string, urls []string) e
 		Backends:      backends,
 		Queue:         q,
 		BackendLeases: leases,
-		HolderID:      name,
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// Short, so that the workers share the backends within a second
+		// of starting (a lease round is a third of it); the default is 30s.
+		BackendLeaseTTL: 3 * time.Second,
+		HolderID:        name,
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 
 // TestExample builds the example and runs it as a user would: three OS
 // processes (it and its two workers) on one scratch schema. Every job
-// runs, and the database names a worker for every backend.
+// runs, and the database names a worker for every backend, two each.
 func TestExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds and runs the example")
@@ -34,6 +34,12 @@ func TestExample(t *testing.T) {
 	for _, b := range []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"} {
 		if !strings.Contains(text, b+" is driven by worker-") {
 			t.Errorf("no worker drives %s:\n%s", b, text)
+		}
+	}
+	// The workers share the backends: two each.
+	for _, w := range []string{"worker-a", "worker-b"} {
+		if got := strings.Count(text, "driven by "+w); got != 2 {
+			t.Errorf("%s drives %d backends, want 2:\n%s", w, got, text)
 		}
 	}
 }
