@@ -90,7 +90,7 @@ func (d *Driver) enqueue(ctx context.Context, db querier, p *queue.EnqueueParams
 	if err != nil {
 		return nil, err
 	}
-	id := uuid.New()
+	id := newJobID()
 	j, err := scanJob(db.QueryRow(ctx, d.q.enqueue, d.now(), id, bucket, p.Priority, p.Workflow,
 		emptyArr(p.Requires), emptyArr(p.Needs), emptyArr(p.ExcludeBackends), textArg(p.WorkflowKey),
 		bytesArg(p.Overrides), bytesArg(p.Payload), metaArg(p.Metadata), textArg(p.IdempotencyKey), p.MaxAttempts))
@@ -186,7 +186,7 @@ func (d *Driver) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]st
 		rows := make([][]any, len(ps))
 		for i := range ps {
 			p := &ps[i]
-			u := uuid.New()
+			u := newJobID()
 			ids[i] = u.String()
 			rows[i] = []any{pgtype.UUID{Bytes: u, Valid: true}, buckets[i], p.Priority, p.Workflow,
 				emptyArr(p.Requires), emptyArr(p.Needs), emptyArr(p.ExcludeBackends), textArg(p.WorkflowKey),
@@ -211,4 +211,17 @@ func (d *Driver) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]st
 		return nil, err
 	}
 	return ids, nil
+}
+
+// newJobID returns a new job ID: a UUIDv7, whose first bits are the time,
+// so that the jobs' primary-key index (and the attempts' index, which
+// leads with the job ID) grows at its right edge as jobs are enqueued
+// instead of at random places, which keeps a large batch's inserts in
+// the pages already in memory. An ID says nothing else; it stays opaque.
+func newJobID() uuid.UUID {
+	u, err := uuid.NewV7()
+	if err != nil { // the random source failed: a v4 ID is as unique
+		return uuid.New()
+	}
+	return u
 }
