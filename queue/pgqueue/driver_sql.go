@@ -6,8 +6,8 @@ import "strings"
 // pool is the user's: its search_path is not ours to set). In every one,
 // $1 is the injected clock's time or NULL for the database's clock.
 type queries struct {
-	due, jobByID, enqueue, enqueueWhy, lease, leaseMany, completeMany, existing, extend, begin, fail, requeue, cancel, retry string
-	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention                              string
+	due, dueWait, jobByID, enqueue, enqueueWhy, lease, leaseMany, completeMany, existing, extend, begin, fail, requeue, cancel, retry string
+	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention                                       string
 }
 
 // now is the statement's time.
@@ -82,18 +82,20 @@ func buildQueries(schema string) queries {
 	q := queries{
 		// due applies due transitions: retry delays that elapsed and
 		// leases that expired (counting an attempt, closed at the expiry
-		// time). It skips rows another transaction is writing.
+		// time). It skips rows another transaction is writing (dueWait,
+		// built from it, waits for them instead). Ties are broken by id,
+		// so that statements waiting for rows lock them in one order.
 		due: `WITH ` + nowCTE + `,
 retry AS (
 	UPDATE {s}.jobs j SET state = 'queued', version = j.version + 1
 	  FROM (SELECT id FROM {s}.jobs, now WHERE state = 'retrying' AND available_at <= now.t
-	         ORDER BY available_at LIMIT 1000 FOR UPDATE OF jobs SKIP LOCKED) d
+	         ORDER BY available_at, id LIMIT 1000 FOR UPDATE OF jobs SKIP LOCKED) d
 	 WHERE j.id = d.id RETURNING j.id),
 exp AS (
 	SELECT j.id, j.leased_by, j.leased_at, j.lease_expires_at, j.attempts_used, j.max_attempts,
 	       j.attempt_count, ` + openAttempt + ` AS has_open
 	  FROM {s}.jobs j, now WHERE j.state = 'leased' AND j.lease_expires_at <= now.t
-	 ORDER BY j.lease_expires_at LIMIT 1000 FOR UPDATE OF j SKIP LOCKED),
+	 ORDER BY j.lease_expires_at, j.id LIMIT 1000 FOR UPDATE OF j SKIP LOCKED),
 closed AS (
 	UPDATE {s}.attempts a SET ended_at = e.lease_expires_at, class = 'lease_expired',
 	       error_class = 'lease_expired', error_message = 'queue: lease expired', counted = true
@@ -365,7 +367,13 @@ DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs, now
    WHERE finished_at < now.t - make_interval(secs => $2::bigint / 1000000.0)
      AND state IN ('completed', 'dead', 'cancelled') ORDER BY finished_at LIMIT 1000)`,
 	}
-	for _, p := range []*string{&q.due, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.leaseMany, &q.completeMany, &q.existing, &q.extend, &q.begin,
+	// dueWait is due for calls under an injected clock, which apply the
+	// due transitions before they read (see queueDue): skipping a row
+	// that a maintenance timer is taking back, a call would read the job
+	// as it was (a Lease would find nothing to lease). Waiting, it sees
+	// the row once that transaction ends, as the transition left it.
+	q.dueWait = strings.ReplaceAll(q.due, " SKIP LOCKED", "")
+	for _, p := range []*string{&q.due, &q.dueWait, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.leaseMany, &q.completeMany, &q.existing, &q.extend, &q.begin,
 		&q.fail, &q.requeue, &q.cancel, &q.retry, &q.bucket, &q.putCaps, &q.putWorkflow,
 		&q.getWorkflow, &q.purgeWorkflows, &q.nextDue, &q.queuedExists, &q.retention} {
 		*p = strings.ReplaceAll(*p, "{s}", schema)

@@ -207,6 +207,65 @@ func TestStaleLease(t *testing.T) {
 	assert.Equal(t, []byte("ok"), c.Result)
 }
 
+// TestInjectedClockCallsWaitForDue: with an injected clock a call applies
+// the due transitions before it reads, even when another transaction
+// (another process's maintenance, applying the same expiry) holds the
+// expired job's row: the call waits for it rather than skipping the row
+// and finding nothing to lease. (It once skipped it: TestStaleLease's
+// second Lease returned nil now and then, when either driver's
+// maintenance was applying the expiry at that moment.)
+func TestInjectedClockCallsWaitForDue(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Pool(t, 4)
+	schema := migratedSchema(t, db)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	q := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema, Test: pgqueue.TestConfig{Now: clock}}))
+	ctx := t.Context()
+
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	l, err := q.Lease(ctx, queue.LeaseParams{Backend: "b1", Duration: 10 * time.Second})
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	mu.Lock()
+	now = now.Add(11 * time.Second)
+	mu.Unlock()
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var pid int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+
+		` WHERE id = $1 FOR UPDATE`, j.ID).Scan(&pid))
+	type result struct {
+		j   *queue.Job
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		j, err := q.Lease(ctx, queue.LeaseParams{Backend: "b2", Duration: time.Minute})
+		res <- result{j, err}
+	}()
+	// Release the row once the Lease waits for it (or has returned).
+	require.Eventually(t, func() bool {
+		if len(res) > 0 {
+			return true
+		}
+		var waiting bool
+		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid)))`,
+			pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Rollback(ctx))
+	r := <-res
+	require.NoError(t, r.err)
+	require.NotNil(t, r.j, "the expired job is leasable once its row is free")
+	assert.Equal(t, j.ID, r.j.ID)
+	assert.Equal(t, "b2", r.j.LeasedBy)
+}
+
 // TestListenerReconnect: when the listener's connection is killed, the
 // driver reconnects and every subscriber gets a Gap; changes flow again.
 func TestListenerReconnect(t *testing.T) {

@@ -18,8 +18,10 @@ import (
 // clock (see maintain). With an injected clock (Config.Test.Now), which
 // moves without the timer knowing, every call that reads or writes a job
 // applies them first instead, in the same round trip and transaction
-// (queueDue). Either way a token operation checks the lease's expiry
-// itself, so an expired lease never completes.
+// (queueDue), waiting for rows whose transition another transaction (a
+// maintenance timer) is applying, so that the call reads what it left.
+// Either way a token operation checks the lease's expiry itself, so an
+// expired lease never completes.
 
 // queueDue queues the due transitions on b when calls apply them
 // (an injected clock), and reports whether it did: the caller then
@@ -28,7 +30,7 @@ func (d *Driver) queueDue(b *pgx.Batch, now any) bool {
 	if d.cfg.Test.Now == nil {
 		return false
 	}
-	b.Queue(d.q.due, now)
+	b.Queue(d.q.dueWait, now)
 	return true
 }
 
