@@ -229,16 +229,19 @@ func TestInjectedClockCallsWaitForDue(t *testing.T) {
 	l, err := q.Lease(ctx, queue.LeaseParams{Backend: "b1", Duration: 10 * time.Second})
 	require.NoError(t, err)
 	require.NotNil(t, l)
-	mu.Lock()
-	now = now.Add(11 * time.Second)
-	mu.Unlock()
 
+	// Hold the row while the job is leased, before the clock passes its
+	// expiry (the driver's maintenance, kicked by the lease's
+	// notification, would otherwise take it back first).
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var pid int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+
-		` WHERE id = $1 FOR UPDATE`, j.ID).Scan(&pid))
+		` WHERE id = $1 AND state = 'leased' FOR UPDATE`, j.ID).Scan(&pid))
+	mu.Lock()
+	now = now.Add(11 * time.Second)
+	mu.Unlock()
 	type result struct {
 		j   *queue.Job
 		err error
