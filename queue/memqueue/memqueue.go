@@ -130,7 +130,7 @@ type Queue struct {
 	unused    map[string]struct{} // bodies no record references
 	nextSweep int64
 
-	subs map[*sub]struct{}
+	feed queue.Feed // published to while holding mu
 
 	space        chan struct{} // closed and replaced when capacity frees
 	spaceWatched bool          // someone took space since it was replaced
@@ -215,7 +215,6 @@ func New(cfg *Config) (*Queue, error) {
 		byMeta:     map[metaKey]*seqset{},
 		bodies:     map[string]*wfBody{},
 		unused:     map[string]struct{}{},
-		subs:       map[*sub]struct{}{},
 		space:      make(chan struct{}),
 		ready:      make(chan struct{}, 1),
 	}
@@ -256,10 +255,7 @@ func (q *Queue) Close() error {
 		q.timer.Stop()
 	}
 	close(q.space)
-	for s := range q.subs {
-		delete(q.subs, s)
-		close(s.ch)
-	}
+	q.feed.Close()
 	return nil
 }
 
