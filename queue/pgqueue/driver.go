@@ -89,8 +89,7 @@ type Driver struct {
 
 	ready chan struct{}
 	kick  chan struct{} // wakes the maintenance loop (coalesced)
-	subMu sync.Mutex
-	subs  map[*subscription]struct{}
+	feed  queue.Feed    // the listener publishes notifications to it
 }
 
 // schemaVersion is the migration version this driver needs.
@@ -133,7 +132,6 @@ func New(db *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		closed:  make(chan struct{}),
 		ready:   make(chan struct{}, 1),
 		kick:    make(chan struct{}, 1),
-		subs:    map[*subscription]struct{}{},
 		pingID:  uuid.NewString(),
 	}
 	d.q = buildQueries(d.schema)
@@ -170,12 +168,7 @@ func (d *Driver) Close() error {
 		close(d.closed)
 		d.cancel()
 		d.wg.Wait()
-		d.subMu.Lock()
-		for s := range d.subs {
-			s.close()
-		}
-		d.subs = nil
-		d.subMu.Unlock()
+		d.feed.Close()
 	})
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,7 +71,7 @@ func (d *Driver) listen(ctx context.Context, conn *pgx.Conn) {
 			}
 		}
 		d.log.InfoContext(ctx, "pgqueue: listener reconnected")
-		d.broadcastGap()
+		d.feed.Gap()
 		d.signalReady()
 		d.wake()
 	}
@@ -91,8 +90,6 @@ func (d *Driver) dispatch(payload string) {
 		return
 	}
 	var ready, wake bool
-	d.subMu.Lock()
-	defer d.subMu.Unlock()
 	for entry := range strings.SplitSeq(payload, ",") {
 		id, rest, ok1 := strings.Cut(entry, ":")
 		state, ver, ok2 := strings.Cut(rest, ":")
@@ -108,9 +105,7 @@ func (d *Driver) dispatch(payload string) {
 		case queue.StateRetrying, queue.StateLeased:
 			wake = true // a new due time, maybe the next
 		}
-		for s := range d.subs {
-			s.send(c)
-		}
+		d.feed.Publish(c)
 	}
 	if ready {
 		d.signalReady()
@@ -120,77 +115,18 @@ func (d *Driver) dispatch(payload string) {
 	}
 }
 
-func (d *Driver) broadcastGap() {
-	d.subMu.Lock()
-	defer d.subMu.Unlock()
-	for s := range d.subs {
-		s.send(queue.Change{Gap: true})
-	}
-}
-
-// subscription is one Subscribe's channel.
-type subscription struct {
-	mu     sync.Mutex
-	ch     chan queue.Change
-	closed bool
-}
-
-// send delivers c without blocking: on a full buffer it discards what
-// the subscriber has not read and delivers a Gap instead.
-func (s *subscription) send(c queue.Change) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	select {
-	case s.ch <- c:
-		return
-	default:
-	}
-	for drained := false; !drained; {
-		select {
-		case <-s.ch:
-		default:
-			drained = true
-		}
-	}
-	s.ch <- queue.Change{Gap: true} // room: only senders hold mu
-}
-
-func (s *subscription) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		close(s.ch)
-	}
-}
-
-// Subscribe implements [queue.Watcher]: changes made by any process on
-// the schema, from the notifications of its commits. When the listener
-// loses its connection, the subscriber gets a Gap once it is back.
+// Subscribe implements [queue.Watcher] with a [queue.Feed]: changes made
+// by any process on the schema, from the notifications of its commits.
+// When the listener loses its connection, the subscriber gets a Gap once
+// it is back.
 func (d *Driver) Subscribe(ctx context.Context, buffer int) (<-chan queue.Change, func(), error) {
 	if err := d.check(ctx); err != nil {
 		return nil, nil, err
 	}
-	s := &subscription{ch: make(chan queue.Change, buffer)}
-	d.subMu.Lock()
-	if d.subs == nil {
-		d.subMu.Unlock()
-		return nil, nil, queue.ErrClosed
-	}
-	d.subs[s] = struct{}{}
-	d.subMu.Unlock()
-	stop := func() {
-		d.subMu.Lock()
-		if d.subs != nil {
-			delete(d.subs, s)
-		}
-		d.subMu.Unlock()
-		s.close()
-	}
-	return s.ch, stop, nil
+	// Close closes the feed only after d.closed: a Subscribe racing it
+	// gets a channel that Close closes.
+	ch, stop := d.feed.Subscribe(buffer)
+	return ch, stop, nil
 }
 
 // maintain applies due transitions when they fall due (a timer on the
@@ -282,7 +218,7 @@ func (d *Driver) poll(ctx context.Context) {
 		// The ping before last had a whole interval to come back.
 		lost := d.pingSeen.Load() < sent-1
 		if lost {
-			d.broadcastGap()
+			d.feed.Gap()
 			d.signalReady()
 		}
 		if lost != d.notesLost {
