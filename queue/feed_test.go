@@ -121,6 +121,7 @@ func TestFeedClose(t *testing.T) {
 	t.Parallel()
 	var f queue.Feed
 	a, stopA := f.Subscribe(4)
+	a2, _ := f.Subscribe(4)
 	f.Publish(change(1))
 	f.Close()
 	f.Close() // idempotent
@@ -129,6 +130,9 @@ func TestFeedClose(t *testing.T) {
 	assert.True(t, closed)
 	assert.Equal(t, []queue.Change{change(1)}, got)
 	stopA() // after Close: a no-op, no double close
+	got, closed = recv(a2)
+	assert.True(t, closed, "Close closes every channel")
+	assert.Equal(t, []queue.Change{change(1)}, got)
 
 	f.Publish(change(2)) // after Close: nothing, and no panic
 	f.Gap()
