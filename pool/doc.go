@@ -178,7 +178,10 @@
 //     (one that is a [BlockLister] too), so a (backend, workflow) pair
 //     blocked by one process is skipped by all and a restart remembers
 //     it; pgqueue's Failover is a [FailoverEventSource] too, so every
-//     Pool's subscribers see the blocks any process records.
+//     Pool's subscribers see the blocks any process records;
+//   - dag executions: a dag.Executor on a dag.LeaseStore (pgqueue's
+//     DAGStore) runs each execution in one process at a time, and
+//     Executor.ResumeAbandoned takes over what a dead process left.
 //
 // Warm affinity (which workflow a backend ran last), retained outcomes
 // and event subscriptions stay per process.
