@@ -708,9 +708,10 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 // excludedLocked returns the workflows the failover strategy blocks on b,
 // for the lease's ExcludeWorkflows. With the Pool's own SmartFailover it
 // looks only at the blocks its events reported (each checked again: events
-// may arrive out of order); with a Config.FailoverStrategy it asks about
-// every workflow known to wait, and takes every block a BlockLister
-// lists. Caller holds p.mu.
+// may arrive out of order); with a Config.FailoverStrategy that is a
+// BlockLister it takes the blocks it lists (also those of workflows this
+// Pool never saw enqueued); with any other it asks about every workflow
+// known to wait. Caller holds p.mu.
 func (p *WorkflowPool) excludedLocked(b *backend) []string {
 	var excl []string
 	if p.ownFo != nil {
@@ -723,19 +724,20 @@ func (p *WorkflowPool) excludedLocked(b *backend) []string {
 		}
 		return excl
 	}
+	if l, ok := p.fo.(BlockLister); ok {
+		for k := range l.Blocked() {
+			if k.Backend == b.cfg.Name {
+				excl = append(excl, k.Workflow)
+			}
+		}
+		return excl
+	}
 	for w := range p.workflows {
 		if b.workflows != nil && !slices.Contains(b.workflows, w) {
 			continue // never leased by b anyway
 		}
 		if !p.fo.Allowed(failover.Key{Backend: b.cfg.Name, Workflow: w}) {
 			excl = append(excl, w)
-		}
-	}
-	if l, ok := p.fo.(BlockLister); ok {
-		for k := range l.Blocked() {
-			if k.Backend == b.cfg.Name && !slices.Contains(excl, k.Workflow) {
-				excl = append(excl, k.Workflow)
-			}
 		}
 	}
 	return excl
