@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/comfypool/comfypool v0.0.0-00010101000000-000000000000
+	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.11.1
 )

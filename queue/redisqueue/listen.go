@@ -1,0 +1,225 @@
+package redisqueue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/comfypool/comfypool/queue"
+)
+
+// listen delivers the queue channel's messages until ctx ends. go-redis
+// reconnects a lost subscription on the next receive and confirms it
+// again; messages published meanwhile are lost, so every confirmation
+// after the first gives every subscriber a Gap and fires Ready.
+func (d *Driver) listen(ctx context.Context, ps *redis.PubSub) {
+	defer d.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d.log.WarnContext(ctx, "redisqueue: subscription lost; reconnecting", "error", wrapErr("subscribe", err))
+			d.feed.Gap()
+			d.signalReady()
+			timer := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			// A confirmation after a reconnection: what was published in
+			// between is lost.
+			d.feed.Gap()
+			d.signalReady()
+		case *redis.Message:
+			if !d.dropMessages.Load() {
+				d.dispatch(m.Payload)
+			}
+		}
+	}
+}
+
+// dispatch handles one message of the queue's channel: "c" and changes
+// ("id:state:version", comma-separated), "w" (work may be leasable) or
+// "p" and a ping ("<driver id>:<n>", see maintain).
+func (d *Driver) dispatch(payload string) {
+	if payload == "" {
+		return
+	}
+	switch payload[0] {
+	case 'w':
+		d.signalReady()
+	case 'p':
+		id, n, ok := strings.Cut(payload[1:], ":")
+		if ok && id == d.pingID {
+			if v, err := strconv.ParseUint(n, 10, 64); err == nil {
+				d.pingSeen.Store(v)
+			}
+		}
+	case 'c':
+		for entry := range strings.SplitSeq(payload[1:], ",") {
+			id, rest, ok1 := strings.Cut(entry, ":")
+			st, ver, ok2 := strings.Cut(rest, ":")
+			v, err := strconv.ParseUint(ver, 10, 64)
+			if !ok1 || !ok2 || err != nil {
+				continue
+			}
+			state := queue.State(st)
+			if state == queue.StateQueued {
+				d.signalReady()
+			}
+			d.feed.Publish(queue.Change{JobID: id, State: state, Version: v})
+		}
+	}
+}
+
+// arm makes sure the maintenance loop wakes by the next due time a job
+// written by this driver brings (its lease's expiry, its retry delay).
+func (d *Driver) arm(j *queue.Job) {
+	var due time.Time
+	switch j.State {
+	case queue.StateLeased:
+		due = j.LeaseExpiresAt
+	case queue.StateRetrying:
+		due = j.AvailableAt
+	default:
+		return
+	}
+	at := due.UnixMicro()
+	if a := d.armed.Load(); a != 0 && a <= at {
+		return
+	}
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintain applies due transitions when they fall due (a timer set on
+// the next one) and, every PollInterval: fires Ready while jobs are
+// queued (in case a message was lost), checks that its own pings come
+// back through the channel (when one has not come back two intervals
+// later, messages are being lost without the subscription failing, and
+// every subscriber gets a Gap each interval until they come back),
+// repairs orphaned leases and, with Retention, purges old jobs.
+func (d *Driver) maintain(ctx context.Context) {
+	defer d.wg.Done()
+	poll := time.NewTicker(d.cfg.PollInterval)
+	defer poll.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		polled := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			polled = true
+		case <-timer.C:
+		case <-d.kick:
+		}
+		next, now, queued, err := d.tick(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.WarnContext(ctx, "redisqueue: maintenance", "error", err)
+		}
+		d.armed.Store(0)
+		if next > 0 && d.cfg.Test.Now == nil {
+			d.armed.Store(next)
+			timer.Reset(time.Duration(max(next-now, 0)) * time.Microsecond)
+		}
+		if !polled {
+			continue
+		}
+		if queued > 0 {
+			d.signalReady()
+		}
+		if sent := d.pingSent.Load(); sent > 0 && sent-d.pingSeen.Load() >= 2 {
+			d.feed.Gap()
+		}
+		n := d.pingSent.Add(1)
+		if err := d.c.Publish(ctx, d.channel(), "p"+d.pingID+":"+strconv.FormatUint(n, 10)).Err(); err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "redisqueue: ping", "error", wrapErr("ping", err))
+		}
+		if err := d.reconcile(ctx); err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "redisqueue: reconcile", "error", err)
+		}
+		if d.cfg.Retention > 0 {
+			before := d.clock().Add(-d.cfg.Retention)
+			if _, err := d.purge(ctx, &queue.PurgeParams{FinishedBefore: before}); err != nil && ctx.Err() == nil {
+				d.log.WarnContext(ctx, "redisqueue: retention", "error", err)
+			}
+		}
+	}
+}
+
+// clock returns the time of the driver's clock as this process sees it
+// (the test clock, or the local clock standing in for the server's).
+func (d *Driver) clock() time.Time {
+	if d.cfg.Test.Now != nil {
+		return d.cfg.Test.Now()
+	}
+	return time.Now()
+}
+
+// tick applies due transitions and returns the next due time, the
+// server's time (µs) and the number of queued jobs.
+func (d *Driver) tick(ctx context.Context) (next, now int64, queued int, err error) {
+	for {
+		raw, err := d.run(ctx, "tick", 1000)
+		if err != nil {
+			return 0, 0, 0, wrapErr("tick", err)
+		}
+		r, _ := raw.([]any)
+		if len(r) != 4 {
+			return 0, 0, 0, fmt.Errorf("redisqueue: tick: malformed reply %v", raw)
+		}
+		applied, _ := r[0].(int64)
+		s1, _ := r[1].(string)
+		s3, _ := r[3].(string)
+		next, _ = strconv.ParseInt(s1, 10, 64)
+		now, _ = strconv.ParseInt(s3, 10, 64)
+		q, _ := r[2].(int64)
+		if applied < 1000 {
+			return next, now, int(q), nil
+		}
+	}
+}
+
+// reconcile repairs the leases Redis trouble left orphaned (see
+// reconcile.lua), looking at the leased jobs only.
+func (d *Driver) reconcile(ctx context.Context) error {
+	for offset := int64(0); ; {
+		raw, err := d.run(ctx, "reconcile", offset, 500)
+		if err != nil {
+			return wrapErr("reconcile", err)
+		}
+		r, _ := raw.([]any)
+		if len(r) != 3 {
+			return nil
+		}
+		if n, _ := r[0].(int64); n > 0 {
+			d.log.WarnContext(ctx, "redisqueue: recovered jobs marked leased without a lease record", "jobs", n)
+		}
+		offset, _ = r[1].(int64)
+		if done, _ := r[2].(int64); done == 1 {
+			return nil
+		}
+	}
+}

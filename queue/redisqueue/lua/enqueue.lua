@@ -1,0 +1,49 @@
+-- enqueue: a batch of new jobs, all or nothing. ARGV[3] is the capacity
+-- (0: unbounded), ARGV[4] the number of jobs, then per job the fields
+-- id, priority, workflow, workflow key, overrides, payload, metadata,
+-- requires, needs, excluded backends, idempotency key, max attempts.
+-- It returns {"ok"} or, for the first job refused in batch order,
+-- {"dup", index, existing id}, {"notfound", index} or {"full", index}
+-- (index from 0; for "full" the room there was).
+
+local cap, n = tonumber(ARGV[3]), tonumber(ARGV[4])
+local F = 12
+local room = n
+if cap > 0 then
+  room = cap - (redis.call('ZCARD', P .. 's:queued') + redis.call('ZCARD', P .. 's:leased') +
+    redis.call('ZCARD', P .. 's:retrying'))
+  if room < 0 then room = 0 end
+end
+for j = 0, n - 1 do
+  if j >= room then return { 'full', room } end
+  local b = 4 + j * F
+  local ik, wk = ARGV[b + 11], ARGV[b + 4]
+  if ik ~= '' then
+    local other = redis.call('HGET', P .. 'idem', ik)
+    if other then return { 'dup', j, other } end
+  end
+  if wk ~= '' and redis.call('EXISTS', P .. 'w:' .. wk) == 0 then return { 'notfound', j } end
+end
+
+local last = tonumber(redis.call('GET', P .. 'lastenq') or '0')
+local eq = NOW
+if eq < last then eq = last end
+redis.call('SET', P .. 'lastenq', fmt(eq))
+local seq = redis.call('INCRBY', KEYS[1], n) - n
+local eqs = fmt(eq)
+for j = 0, n - 1 do
+  local b = 4 + j * F
+  local id = ARGV[b + 1]
+  seq = seq + 1
+  redis.call('HSET', jk(id), 'id', id, 'st', 'queued', 'v', 1, 'pr', ARGV[b + 2], 'wf', ARGV[b + 3],
+    'wk', ARGV[b + 4], 'ov', ARGV[b + 5], 'pl', ARGV[b + 6], 'md', ARGV[b + 7], 'rq', ARGV[b + 8],
+    'nd', ARGV[b + 9], 'xb', ARGV[b + 10], 'ik', ARGV[b + 11], 'mx', ARGV[b + 12], 'u', 0,
+    'eq', eqs, 'av', eqs, 'sq', seq)
+  if ARGV[b + 11] ~= '' then redis.call('HSET', P .. 'idem', ARGV[b + 11], id) end
+  if ARGV[b + 4] ~= '' then redis.call('HINCRBY', P .. 'wkref', ARGV[b + 4], 1) end
+  redis.call('ZADD', P .. 'all', seq, id)
+  makeQueued(id, nil)
+  changed(id, 'queued', 1)
+end
+publish()
+return { 'ok' }

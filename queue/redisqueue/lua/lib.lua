@@ -1,0 +1,191 @@
+-- The shared part of every script of the driver (the Go side prepends it
+-- to each script's own body). Every script is called with KEYS[1] = the
+-- queue's sequence key (for routing on Redis Cluster: every key of a
+-- queue shares its hash tag), ARGV[1] = the key prefix ("{prefix}:") and
+-- ARGV[2] = the time in microseconds since the epoch to use, or "" for
+-- the server's clock. Times are integers of microseconds, written with
+-- fmt (a Lua number prints as 1.8e+15 otherwise).
+--
+-- A job is the hash P.."j:"..id; its fields are listed in record.go.
+
+local P = ARGV[1]
+local NOW
+if ARGV[2] ~= '' then
+  NOW = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function fmt(n) return string.format('%.0f', n) end
+local function jk(id) return P .. 'j:' .. id end
+
+-- Changes written by this script, published at its end as one message
+-- ("c" then "id:state:version" entries, comma-separated); a "w" message
+-- asks every driver to fire Ready (work may have become leasable
+-- without a job becoming queued: a resume, a cancel).
+local changes = {}
+local wake = false
+local function changed(id, st, v)
+  changes[#changes + 1] = id .. ':' .. st .. ':' .. v
+end
+local function publish()
+  if #changes > 0 then
+    -- Bounded messages: a subscriber's buffer is per message.
+    for i = 1, #changes, 200 do
+      redis.call('PUBLISH', P .. 'ch', 'c' .. table.concat(changes, ',', i, math.min(i + 199, #changes)))
+    end
+  end
+  if wake then redis.call('PUBLISH', P .. 'ch', 'w') end
+end
+
+local function bump(id) return redis.call('HINCRBY', jk(id), 'v', 1) end
+
+-- The state indexes: one sorted set per state, by enqueue sequence.
+local function move(id, seq, from, to)
+  if from then redis.call('ZREM', P .. 's:' .. from, id) end
+  redis.call('ZADD', P .. 's:' .. to, seq, id)
+end
+
+-- JSON arrays of strings (sets): cjson writes an empty table as {}.
+local function encodeList(t)
+  if #t == 0 then return '[]' end
+  return cjson.encode(t)
+end
+
+-- The bucket of a queued job: one per distinct combination of the
+-- routing properties, holding its queued jobs by age.
+local function bucketDef(wf, pr, rq, nd, xb)
+  return '[' .. cjson.encode(wf) .. ',' .. pr .. ',' .. rq .. ',' .. nd .. ',' .. xb .. ']'
+end
+
+-- makeQueued puts a job (whose fields st, v are already written) into its
+-- bucket and the queued index.
+local function makeQueued(id, from)
+  local f = redis.call('HMGET', jk(id), 'wf', 'pr', 'rq', 'nd', 'xb', 'sq')
+  local def = bucketDef(f[1], f[2], f[3], f[4], f[5])
+  local bid = redis.sha1hex(def)
+  redis.call('HSETNX', P .. 'bk', bid, def)
+  redis.call('HSET', jk(id), 'bk', bid)
+  redis.call('ZADD', P .. 'q:' .. bid, f[6], id)
+  redis.call('SADD', P .. 'live', bid)
+  move(id, f[6], from, 'queued')
+end
+
+local function unbucket(id)
+  local bid = redis.call('HGET', jk(id), 'bk')
+  if bid then
+    redis.call('ZREM', P .. 'q:' .. bid, id)
+    if redis.call('ZCARD', P .. 'q:' .. bid) == 0 then redis.call('SREM', P .. 'live', bid) end
+  end
+end
+
+-- closeAttempt closes the job's open attempt at time at (or, when make is
+-- set and none is open, appends a closed one for the last lease), with
+-- class and the error summary e ({c, m, n, t}); counted counts it. It
+-- returns the attempt's backend, or nil when nothing was closed.
+local function closeAttempt(id, at, class, e, counted, make)
+  local k = jk(id)
+  local raw = redis.call('HGET', k, 'at')
+  local list = {}
+  if raw then list = cjson.decode(raw) end
+  local a = list[#list]
+  if not a or a.e then
+    if not make then return nil end
+    local f = redis.call('HMGET', k, 'lb', 'la')
+    a = { b = f[1] or '', s = f[2] or '0' }
+    list[#list + 1] = a
+  end
+  a.e = fmt(at)
+  a.c = class
+  if e then
+    if e.c ~= '' then a.ec = e.c end
+    if e.m ~= '' then a.em = e.m end
+    if e.n ~= '' then a.en = e.n end
+    if e.t ~= '' then a.et = e.t end
+  end
+  a.k = counted
+  if counted then redis.call('HINCRBY', k, 'u', 1) end
+  redis.call('HSET', k, 'at', cjson.encode(list))
+  return a.b
+end
+
+local function setError(id, e)
+  redis.call('HSET', jk(id), 'ec', e.c, 'em', e.m, 'en', e.n, 'et', e.t)
+end
+
+local function clearError(id)
+  redis.call('HDEL', jk(id), 'ec', 'em', 'en', 'et')
+end
+
+-- finish makes a job terminal (its fields already written but fi).
+local function finish(id, seq, from, to, at)
+  redis.call('HSET', jk(id), 'st', to, 'fi', fmt(at))
+  redis.call('ZADD', P .. 'fin', at, id)
+  move(id, seq, from, to)
+end
+
+local leaseExpired = { c = 'lease_expired', m = 'queue: lease expired', n = '', t = '' }
+
+-- expire voids the lease of a leased job that expired at time at: the
+-- attempt counts, and the job is queued again or dead.
+local function expire(id, at)
+  local k = jk(id)
+  redis.call('ZREM', P .. 'lease', id)
+  closeAttempt(id, at, 'lease_expired', leaseExpired, true, true)
+  redis.call('HDEL', k, 'tk', 'le')
+  local f = redis.call('HMGET', k, 'u', 'mx', 'sq')
+  local v = bump(id)
+  if tonumber(f[1]) >= tonumber(f[2]) then
+    setError(id, leaseExpired)
+    finish(id, f[3], 'leased', 'dead', at)
+    changed(id, 'dead', v)
+    return
+  end
+  redis.call('HSET', k, 'st', 'queued', 'av', fmt(at))
+  makeQueued(id, 'leased')
+  changed(id, 'queued', v)
+end
+
+-- due applies the transitions that are due: expired leases and elapsed
+-- retry delays, at most limit of each (the maintenance loop does the
+-- rest). It never looks at jobs that are not due.
+local function due(limit)
+  local exp = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #exp, 2 do
+    if redis.call('HGET', jk(exp[i]), 'st') == 'leased' then
+      expire(exp[i], tonumber(exp[i + 1]))
+    else
+      redis.call('ZREM', P .. 'lease', exp[i]) -- a leftover (Redis trouble)
+    end
+  end
+  local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', NOW, 'LIMIT', 0, limit)
+  for _, id in ipairs(ready) do
+    redis.call('ZREM', P .. 'retry', id)
+    if redis.call('HGET', jk(id), 'st') == 'retrying' then
+      redis.call('HSET', jk(id), 'st', 'queued')
+      local v = bump(id)
+      makeQueued(id, 'retrying')
+      changed(id, 'queued', v)
+    end
+  end
+  return #exp / 2 + #ready
+end
+
+-- nextDue returns the time of the next due transition, or 0.
+local function nextDue()
+  local t = 0
+  for _, z in ipairs({ 'lease', 'retry' }) do
+    local h = redis.call('ZRANGE', P .. z, 0, 0, 'WITHSCORES')
+    if #h > 0 then
+      local s = tonumber(h[2])
+      if t == 0 or s < t then t = s end
+    end
+  end
+  return t
+end
+
+-- The job's record, as HGETALL returns it.
+local function record(id)
+  return redis.call('HGETALL', jk(id))
+end

@@ -1,0 +1,297 @@
+-- ops: a group of job operations, applied one after the other as if each
+-- were its own call (see group.go). ARGV[3..] holds the operations, each
+-- its name and then its fixed arguments. The result holds, for each, a
+-- status ("ok", "none", "notfound", "lost", "invalid", "cancelled",
+-- "full"), a detail (the job's state for "lost" and "invalid") and the
+-- job's record when ok.
+
+due(100)
+
+local paused -- the paused scopes, read once per group
+local function pausedSet()
+  if not paused then
+    paused = {}
+    for _, s in ipairs(redis.call('SMEMBERS', P .. 'paused')) do paused[s] = true end
+  end
+  return paused
+end
+
+local function set(json)
+  local s = {}
+  for _, v in ipairs(cjson.decode(json)) do s[v] = true end
+  return s
+end
+
+-- meets reports whether the capability set has meets need (see
+-- queue.Capabilities.Meets).
+local function meets(has, need)
+  if has[need] then return true end
+  if string.sub(need, 1, 6) == 'value:' then
+    local rest = string.sub(need, 7)
+    local eq = string.find(rest, '=', 1, true)
+    if eq and eq > 1 then return not has['list:' .. string.sub(rest, 1, eq - 1)] end
+  end
+  return false
+end
+
+local defs = {} -- bucket id -> decoded definition {wf, priority, requires, needs, excludes}
+local function def(bid)
+  local d = defs[bid]
+  if not d then
+    local raw = redis.call('HGET', P .. 'bk', bid)
+    if not raw then return nil end -- lost (Redis trouble): skip the bucket
+    d = cjson.decode(raw)
+    defs[bid] = d
+  end
+  return d
+end
+
+local function eligible(d, r, ps)
+  local wf = d[1]
+  if r.wfs and not r.wfs[wf] then return false end
+  if r.xwf[wf] or ps['w:' .. wf] then return false end
+  for _, t in ipairs(d[3]) do
+    if not r.tags[t] or ps['t:' .. t] then return false end
+  end
+  if r.has then
+    for _, n in ipairs(d[4]) do
+      if not meets(r.has, n) then return false end
+    end
+  end
+  for _, b in ipairs(d[5]) do
+    if b == r.backend then return false end
+  end
+  return true
+end
+
+local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
+  if wfs == '[]' then return { 'none' } end
+  local ps = pausedSet()
+  if ps['a'] then return { 'none' } end
+  local r = { backend = backend, tags = set(tags), xwf = set(xwf), pref = set(pref) }
+  if wfs ~= '' then r.wfs = set(wfs) end
+  if has ~= '' then r.has = set(has) end
+  local best, bestBid, bestPr, bestPref, bestSeq
+  for _, bid in ipairs(redis.call('SMEMBERS', P .. 'live')) do
+    local d = def(bid)
+    if d and eligible(d, r, ps) then
+      local h = redis.call('ZRANGE', P .. 'q:' .. bid, 0, 0, 'WITHSCORES')
+      if #h == 0 then
+        redis.call('SREM', P .. 'live', bid)
+      else
+        local pr, pf, sq = d[2], r.pref[d[1]] == true, tonumber(h[2])
+        if not best or pr > bestPr or (pr == bestPr and ((pf and not bestPref) or
+              (pf == bestPref and sq < bestSeq))) then
+          best, bestBid, bestPr, bestPref, bestSeq = h[1], bid, pr, pf, sq
+        end
+      end
+    end
+  end
+  if not best then return { 'none' } end
+  local k = jk(best)
+  redis.call('ZREM', P .. 'q:' .. bestBid, best)
+  if redis.call('ZCARD', P .. 'q:' .. bestBid) == 0 then redis.call('SREM', P .. 'live', bestBid) end
+  local exp = NOW + tonumber(dur)
+  redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', fmt(NOW), 'le', fmt(exp), 'lb', backend)
+  local v = bump(best)
+  redis.call('ZADD', P .. 'lease', exp, best)
+  move(best, bestSeq, 'queued', 'leased')
+  changed(best, 'leased', v)
+  return { 'ok', '', record(best) }
+end
+
+-- holder checks that tok is the current lease of job id, applying the
+-- lease's expiry when it has passed. It returns nil when it is, else the
+-- result to return.
+local function holder(id, tok)
+  local f = redis.call('HMGET', jk(id), 'st', 'tk', 'le')
+  if not f[1] then return { 'notfound' } end
+  if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
+  local le = tonumber(f[3])
+  if le <= NOW then
+    expire(id, le)
+    return { 'lost', redis.call('HGET', jk(id), 'st') }
+  end
+  return nil
+end
+
+local function errOf(c, m, n, t) return { c = c, m = m, n = n, t = t } end
+
+local function extend(id, tok, dur)
+  local bad = holder(id, tok)
+  if bad then return bad end
+  local exp = NOW + tonumber(dur)
+  redis.call('HSET', jk(id), 'le', fmt(exp))
+  redis.call('ZADD', P .. 'lease', exp, id)
+  bump(id)
+  return { 'ok', '', record(id) }
+end
+
+local function begin(id, tok, backend, prompt)
+  local bad = holder(id, tok)
+  if bad then return bad end
+  local k = jk(id)
+  closeAttempt(id, NOW, 'superseded', nil, false, false)
+  if backend == '' then backend = redis.call('HGET', k, 'lb') end
+  local raw = redis.call('HGET', k, 'at')
+  local list = {}
+  if raw then list = cjson.decode(raw) end
+  list[#list + 1] = { b = backend, p = prompt, s = fmt(NOW) }
+  redis.call('HSET', k, 'at', cjson.encode(list))
+  changed(id, 'leased', bump(id))
+  return { 'ok', '', record(id) }
+end
+
+local function complete(id, tok, result)
+  local bad = holder(id, tok)
+  if bad then return bad end
+  local k = jk(id)
+  redis.call('ZREM', P .. 'lease', id)
+  closeAttempt(id, NOW, 'none', nil, true, true)
+  redis.call('HDEL', k, 'tk', 'le')
+  redis.call('HSET', k, 'rs', result)
+  finish(id, redis.call('HGET', k, 'sq'), 'leased', 'completed', NOW)
+  changed(id, 'completed', bump(id))
+  return { 'ok', '', record(id) }
+end
+
+local function setNeeds(id, needs)
+  if needs ~= '' then redis.call('HSET', jk(id), 'nd', needs) end
+end
+
+local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
+  local bad = holder(id, tok)
+  if bad then return bad end
+  local k = jk(id)
+  redis.call('ZREM', P .. 'lease', id)
+  local e = errOf(c, m, n, t)
+  local backend = closeAttempt(id, NOW, c, e, true, true)
+  if exclude == '1' and backend and backend ~= '' then
+    local xb = cjson.decode(redis.call('HGET', k, 'xb'))
+    local found = false
+    for _, b in ipairs(xb) do if b == backend then found = true end end
+    if not found then
+      xb[#xb + 1] = backend
+      table.sort(xb)
+      redis.call('HSET', k, 'xb', encodeList(xb))
+    end
+  end
+  setNeeds(id, needs)
+  redis.call('HDEL', k, 'tk', 'le')
+  local f = redis.call('HMGET', k, 'u', 'mx', 'sq')
+  local v = bump(id)
+  local ra = tonumber(retryAfter)
+  if noRetry == '1' or tonumber(f[1]) >= tonumber(f[2]) then
+    setError(id, e)
+    finish(id, f[3], 'leased', 'dead', NOW)
+    changed(id, 'dead', v)
+  elseif ra > 0 then
+    redis.call('HSET', k, 'st', 'retrying', 'av', fmt(NOW + ra))
+    redis.call('ZADD', P .. 'retry', NOW + ra, id)
+    move(id, f[3], 'leased', 'retrying')
+    changed(id, 'retrying', v)
+  else
+    redis.call('HSET', k, 'st', 'queued', 'av', fmt(NOW))
+    makeQueued(id, 'leased')
+    changed(id, 'queued', v)
+  end
+  return { 'ok', '', record(id) }
+end
+
+local function requeue(id, tok, c, m, n, t, needs)
+  local bad = holder(id, tok)
+  if bad then return bad end
+  local k = jk(id)
+  redis.call('ZREM', P .. 'lease', id)
+  closeAttempt(id, NOW, c, errOf(c, m, n, t), false, false)
+  setNeeds(id, needs)
+  redis.call('HDEL', k, 'tk', 'le')
+  redis.call('HSET', k, 'st', 'queued', 'av', fmt(NOW))
+  local v = bump(id)
+  makeQueued(id, 'leased')
+  changed(id, 'queued', v)
+  return { 'ok', '', record(id) }
+end
+
+local function cancel(id, c, m, n, t)
+  local k = jk(id)
+  local st = redis.call('HGET', k, 'st')
+  if not st then return { 'notfound' } end
+  local e = errOf(c, m, n, t)
+  if st == 'queued' then
+    unbucket(id)
+  elseif st == 'retrying' then
+    redis.call('ZREM', P .. 'retry', id)
+  elseif st == 'leased' then
+    redis.call('ZREM', P .. 'lease', id)
+    closeAttempt(id, NOW, 'cancelled', errOf('cancelled', m, n, t), false, false)
+  elseif st == 'cancelled' then
+    return { 'cancelled' }
+  else
+    return { 'invalid', st }
+  end
+  redis.call('HDEL', k, 'tk', 'le')
+  setError(id, e)
+  finish(id, redis.call('HGET', k, 'sq'), st, 'cancelled', NOW)
+  changed(id, 'cancelled', bump(id))
+  wake = true
+  return { 'ok', '', record(id) }
+end
+
+local function unfinished()
+  return redis.call('ZCARD', P .. 's:queued') + redis.call('ZCARD', P .. 's:leased') +
+      redis.call('ZCARD', P .. 's:retrying')
+end
+
+local function retry(id, capacity)
+  local k = jk(id)
+  local st = redis.call('HGET', k, 'st')
+  if not st then return { 'notfound' } end
+  if st ~= 'dead' and st ~= 'cancelled' then return { 'invalid', st } end
+  local cap = tonumber(capacity)
+  if cap > 0 and unfinished() >= cap then return { 'full' } end
+  redis.call('HSET', k, 'st', 'queued', 'u', 0, 'av', fmt(NOW))
+  redis.call('HDEL', k, 'fi')
+  clearError(id)
+  redis.call('ZREM', P .. 'fin', id)
+  local v = bump(id)
+  makeQueued(id, st)
+  changed(id, 'queued', v)
+  return { 'ok', '', record(id) }
+end
+
+local function get(id)
+  local r = record(id)
+  if #r == 0 then return { 'notfound' } end
+  return { 'ok', '', r }
+end
+
+local out = {}
+local i = 3
+while i <= #ARGV do
+  local op = ARGV[i]
+  local a = function(n) return ARGV[i + n] end
+  if op == 'get' then
+    out[#out + 1] = get(a(1)); i = i + 2
+  elseif op == 'lease' then
+    out[#out + 1] = lease(a(1), a(2), a(3), a(4), a(5), a(6), a(7), a(8)); i = i + 9
+  elseif op == 'extend' then
+    out[#out + 1] = extend(a(1), a(2), a(3)); i = i + 4
+  elseif op == 'begin' then
+    out[#out + 1] = begin(a(1), a(2), a(3), a(4)); i = i + 5
+  elseif op == 'complete' then
+    out[#out + 1] = complete(a(1), a(2), a(3)); i = i + 4
+  elseif op == 'fail' then
+    out[#out + 1] = fail(a(1), a(2), a(3), a(4), a(5), a(6), a(7), a(8), a(9), a(10)); i = i + 11
+  elseif op == 'requeue' then
+    out[#out + 1] = requeue(a(1), a(2), a(3), a(4), a(5), a(6), a(7)); i = i + 8
+  elseif op == 'cancel' then
+    out[#out + 1] = cancel(a(1), a(2), a(3), a(4), a(5)); i = i + 6
+  elseif op == 'retry' then
+    out[#out + 1] = retry(a(1), a(2)); i = i + 3
+  else
+    return redis.error_reply('redisqueue: unknown op ' .. tostring(op))
+  end
+end
+publish()
+return out
