@@ -130,10 +130,11 @@
 // running it twice.
 //
 // A Store that is also a [LeaseStore] (PostgreSQL's, in module
-// queue/pgqueue) lets several processes share it: each execution is
-// leased to the Executor running it ([Config].Owner), which renews the
-// lease while it runs ([Config].LeaseTTL) and releases it at the end, so
-// that Resume elsewhere fails with [ErrLeased]. When a process dies, its
+// queue/pgqueue, and Redis's, in module queue/redisqueue) lets several
+// processes share it: each execution is leased to the Executor running it
+// ([Config].Owner), which renews the lease while it runs
+// ([Config].LeaseTTL) and releases it at the end, so that Resume
+// elsewhere fails with [ErrLeased]. When a process dies, its
 // leases expire and [Executor.ResumeAbandoned], which a service calls at
 // start-up and then every LeaseTTL or so, takes over its executions.
 // Writes check the lease in the Store: a process that stalled and lost
