@@ -429,7 +429,13 @@ func Run(t *testing.T, a Adapter) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	t.Logf("%d jobs completed by the victim just before the kill have no Consume", lost)
+	var before []string
+	for _, id := range lost {
+		if j := records[id]; j != nil {
+			before = append(before, killedAt.Sub(j.FinishedAt).Round(time.Millisecond).String())
+		}
+	}
+	t.Logf("%d jobs completed by the victim just before the kill have no Consume (completed %v before it)", len(lost), before)
 	if got := ledger[slowID]; got[kindRefund] != 1 || got[kindConsume] != 0 {
 		t.Errorf("cancelled job: accounting %v, want one refund", got)
 	}
@@ -533,15 +539,15 @@ func successes(j *queue.Job) int {
 // checkLedger checks the accounting of the jobs ids: exactly one consume
 // and no refund each, except that a job with nothing recorded passes when
 // completedBeforeKill says it was completed before the kill (by the
-// victim, then: the others were alive to call Consume), and is counted in
-// lost. problems describes every other job.
-func checkLedger(ids []string, ledger map[string]map[string]int, completedBeforeKill func(id string) bool) (lost int, problems []string) {
+// victim, then: the others were alive to call Consume); lost lists those.
+// problems describes every other job.
+func checkLedger(ids []string, ledger map[string]map[string]int, completedBeforeKill func(id string) bool) (lost, problems []string) {
 	for _, id := range ids {
 		got := ledger[id]
 		switch {
 		case got[kindConsume] == 1 && got[kindRefund] == 0:
 		case len(got) == 0 && completedBeforeKill(id):
-			lost++
+			lost = append(lost, id)
 		default:
 			problems = append(problems, fmt.Sprintf("job %s: accounting %v, want one consume", id, got))
 		}

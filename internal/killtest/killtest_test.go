@@ -105,8 +105,8 @@ func TestCheckLedger(t *testing.T) {
 	before := map[string]bool{"lost-by-victim": true, "twice": true}
 	ids := []string{"ok", "twice", "refunded", "both", "lost-by-victim", "lost-after-kill"}
 	lost, problems := checkLedger(ids, ledger, func(id string) bool { return before[id] })
-	if lost != 1 {
-		t.Errorf("lost = %d, want 1 (lost-by-victim)", lost)
+	if !slices.Equal(lost, []string{"lost-by-victim"}) {
+		t.Errorf("lost = %v, want [lost-by-victim]", lost)
 	}
 	var bad []string
 	for _, p := range problems {
