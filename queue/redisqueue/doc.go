@@ -2,6 +2,120 @@
 // pool processes share one queue and every job outlives the process that
 // enqueued it.
 //
+// Build a [Driver] over your go-redis client and hand it to the queue:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", Password: os.Getenv("REDIS_PASSWORD")})
+//	d, err := redisqueue.New(rdb, &redisqueue.Config{Prefix: "render"})
+//	if err != nil { ... }
+//	q := queue.New(d) // q.Close() closes d, never rdb
+//	p, err := pool.New(&pool.Config{Queue: q, ...})
+//
+// The Driver does not own the client: Close stops its goroutines and its
+// subscription and leaves the client to you. The password, the TLS
+// configuration (redis.Options.TLSConfig, or a rediss:// URL through
+// redis.ParseURL) and the timeouts are the client's; the driver works
+// through any redis.UniversalClient. The scripts need Redis 5 or newer
+// (they call TIME before writing); the tests run against 7.0.
+//
+// # What is shared
+//
+// Everything of the queue lives in Redis and is shared by every process
+// whose Driver has the same Prefix on the same server: the jobs and their
+// attempts, the workflow bodies ([queue.Driver.PutWorkflow]) and the
+// pauses ([queue.Queue.SetPaused]). A process that runs no backend can
+// enqueue, list, watch and cancel. What stays in one process is only its
+// own wake-ups and subscriptions. Redis must keep its data: run it with
+// persistence (appendonly yes) if jobs must survive a restart of Redis
+// itself, and with maxmemory-policy noeviction, since an evicted key is a
+// lost job.
+//
+// # Data layout
+//
+// Every state change is one Lua script, so it is atomic and needs no
+// read-modify-write across round trips. Every key of a queue starts
+// with "{Prefix}:"; the braces make them one hash slot, so that the
+// scripts, which touch several keys, run on Redis Cluster (the queue then
+// lives on one shard: give each queue its own Prefix to spread queues
+// over shards). The Cluster has not been tested here; a single server,
+// a replicated one and Sentinel have the same layout.
+//
+//   - j:<id>, a hash per job (its fields are listed in record.go).
+//   - q:<bucket>, a sorted set per bucket of its queued jobs by enqueue
+//     sequence. A bucket is a distinct combination of the properties a
+//     lease filters on (workflow, priority, required tags, needs,
+//     excluded backends), named by a digest of them; bk, a hash, holds
+//     each bucket's definition and live, a set, the buckets that hold
+//     queued jobs. A lease reads the definitions of the live buckets,
+//     keeps those the lessee may take from (workflows, tags, needs,
+//     exclusions, pauses) and compares their heads: queued jobs it may
+//     not run cost it nothing however many there are, and it never scans
+//     jobs. There are as many buckets as combinations, not jobs.
+//   - lease, a sorted set of the leased jobs by lease expiry, and retry,
+//     of the retrying jobs by the end of their delay. Every script first
+//     applies what is due at their heads (up to 100 of each), and each
+//     Driver's timer wakes at the next due time, so expiries and retry
+//     delays are applied without a sweep over jobs.
+//   - s:<state>, a sorted set per state of its jobs by enqueue sequence,
+//     and all, of every job: [Driver.List] walks them in order (see its
+//     doc for the cost of filters), [Driver.Stats] counts them.
+//   - fin, the finished jobs by finish time, for [Driver.Purge] and
+//     Config.Retention, oldest first.
+//   - idem, a hash of idempotency keys to jobs; w:<key>, the workflow
+//     bodies, with wt (their stored times) and wkref (the retained jobs
+//     that reference each); paused, the paused scopes; seq and lastenq,
+//     the enqueue sequence and the last enqueue time (so enqueue times
+//     never go back, and age order is sequence order).
+//   - ch, the pub/sub channel of changes.
+//
+// Streams with consumer groups were the other candidate; they deliver
+// in arrival order to any consumer, while a lease must pick the best job
+// a given lessee may run (priority, then age, filtered by what it
+// accepts), which sorted sets per bucket answer directly.
+//
+// # Leases, expiry and orphans
+//
+// A lease is the job's token and expiry in its hash plus its entry in
+// lease, written by one script. Only the current token can extend,
+// begin, complete, fail or requeue; a token whose lease has expired gets
+// [queue.ErrLeaseLost] even before the expiry is applied, and the job's
+// expiry is applied at once. Redis trouble (a failover that loses the
+// last writes, an eviction, a hand edit) can leave a job marked leased
+// without its lease entry, which no expiry would ever find: every
+// PollInterval each Driver walks the leased jobs (only those) and voids
+// such a lease as if it had expired, and drops index entries whose job
+// is gone.
+//
+// # Time
+//
+// Every time the driver writes or compares comes from the Redis server's
+// clock (TIME, in the scripts), so processes whose clocks disagree still
+// agree on lease expiry and retry delays. Times are kept in microseconds.
+//
+// # Notifications and the poll fallback
+//
+// Every script that changes jobs publishes them on the queue's channel
+// as one message ("id:state:version" entries), which drives
+// [Driver.Ready] (new or returned work) and [Driver.Subscribe] (so
+// queue.Queue.Subscribe and the pool's Watch and Wait work from any
+// process). Redis pub/sub forgets what it could not deliver: when the
+// subscription's connection drops, go-redis reconnects, and every
+// subscriber receives a Change with Gap set (re-read what you follow).
+// Every Config.PollInterval the Driver also fires Ready when queued jobs
+// exist, and publishes a ping to itself: when a ping has not come back
+// two intervals later, messages are being lost without the connection
+// failing, and every subscriber gets a Gap each interval until pings
+// come back.
+//
+// # Throughput
+//
+// The job operations (Lease, Extend, Begin, Complete, Fail, Requeue,
+// Cancel, Retry, Get) that the goroutines of one process make at the
+// same time share one script call, and two such groups may be in flight
+// at once, so that concurrent lessees share round trips and the fixed
+// cost of a script call. [Driver.EnqueueIDs] (queue.Queue.EnqueueBatch)
+// stores a batch in one script call, all or nothing. The README's Scale
+// table has the figures.
+//
 // # DAG executions
 //
 // [DAGStore] keeps the checkpoints of package dag's executions in the

@@ -3,6 +3,7 @@ package redisqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,11 +34,15 @@ type call struct {
 	lead chan struct{}
 }
 
-// grouper runs calls in groups, one group at a time.
+// maxInFlight bounds the groups in flight at once: while Redis runs one
+// group's script, the next is on its way (a pipeline of groups).
+const maxInFlight = 2
+
+// grouper runs calls in groups, at most maxInFlight at a time.
 type grouper struct {
-	mu      sync.Mutex
-	pending []*call
-	busy    bool
+	mu       sync.Mutex
+	pending  []*call
+	inFlight int
 }
 
 // op runs one operation (in a group) and returns its result.
@@ -48,8 +53,8 @@ func (d *Driver) op(ctx context.Context, args ...any) ([]any, error) {
 	c := &call{args: args, done: make(chan struct{}), lead: make(chan struct{})}
 	g := &d.group
 	g.mu.Lock()
-	g.pending = append(g.pending, c)
-	if g.busy {
+	if g.inFlight >= maxInFlight {
+		g.pending = append(g.pending, c)
 		g.mu.Unlock()
 		if !c.wait(ctx, g) {
 			return nil, ctx.Err()
@@ -57,34 +62,33 @@ func (d *Driver) op(ctx context.Context, args ...any) ([]any, error) {
 		select {
 		case <-c.done:
 			return c.res, c.err
-		default: // the previous group is done; lead the next
+		default: // a group ended and handed c its place: lead the next
 		}
+		g.mu.Lock()
 	} else {
-		g.busy = true
-		g.mu.Unlock()
+		g.inFlight++
 	}
-	// The leader heads the pending calls (it was first when it found no
-	// group in flight, or was handed the lead as the first), so its call
-	// is in the group it runs.
-	g.mu.Lock()
-	n := min(len(g.pending), maxGroup)
-	calls := g.pending[:n:n]
+	n := min(len(g.pending), maxGroup-1)
+	calls := make([]*call, 0, n+1)
+	calls = append(append(calls, c), g.pending[:n]...)
 	g.pending = g.pending[n:]
 	g.mu.Unlock()
 	d.runGroup(ctx, calls)
 	g.mu.Lock()
 	if len(g.pending) > 0 {
-		close(g.pending[0].lead)
+		next := g.pending[0]
+		g.pending = g.pending[1:]
+		close(next.lead) // the group's place passes to the next
 	} else {
-		g.busy = false
+		g.inFlight--
 	}
 	g.mu.Unlock()
 	return c.res, c.err
 }
 
-// wait waits until c is done or handed the lead. When ctx ends first and
-// c is still pending, it withdraws c and reports false; a call already in
-// a group, or handed the lead, is seen through.
+// wait waits until c is done (run in a group) or handed the lead. When
+// ctx ends first and c is still pending, it withdraws c and reports
+// false; a call already in a group, or handed the lead, is seen through.
 func (c *call) wait(ctx context.Context, g *grouper) bool {
 	select {
 	case <-c.done:
@@ -94,12 +98,10 @@ func (c *call) wait(ctx context.Context, g *grouper) bool {
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
-	for i, p := range g.pending {
-		if p == c && !isClosed(c.lead) {
-			g.pending = append(g.pending[:i:i], g.pending[i+1:]...)
-			g.mu.Unlock()
-			return false
-		}
+	if i := slices.Index(g.pending, c); i >= 0 {
+		g.pending = slices.Delete(g.pending, i, i+1)
+		g.mu.Unlock()
+		return false
 	}
 	g.mu.Unlock()
 	select {
@@ -107,15 +109,6 @@ func (c *call) wait(ctx context.Context, g *grouper) bool {
 	case <-c.lead:
 	}
 	return true
-}
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // runGroup runs calls in one script call and hands out the results.

@@ -31,14 +31,23 @@ if eq < last then eq = last end
 redis.call('SET', P .. 'lastenq', fmt(eq))
 local seq = redis.call('INCRBY', KEYS[1], n) - n
 local eqs = fmt(eq)
+local optional = { [4] = 'wk', [5] = 'ov', [6] = 'pl', [7] = 'md', [8] = 'rq', [9] = 'nd', [10] = 'xb', [11] = 'ik' }
 for j = 0, n - 1 do
   local b = 4 + j * F
   local id = ARGV[b + 1]
   seq = seq + 1
-  redis.call('HSET', jk(id), 'id', id, 'st', 'queued', 'v', 1, 'pr', ARGV[b + 2], 'wf', ARGV[b + 3],
-    'wk', ARGV[b + 4], 'ov', ARGV[b + 5], 'pl', ARGV[b + 6], 'md', ARGV[b + 7], 'rq', ARGV[b + 8],
-    'nd', ARGV[b + 9], 'xb', ARGV[b + 10], 'ik', ARGV[b + 11], 'mx', ARGV[b + 12], 'u', 0,
-    'eq', eqs, 'av', eqs, 'sq', seq)
+  local f = { 'id', id, 'st', 'queued', 'v', 1, 'pr', ARGV[b + 2], 'wf', ARGV[b + 3], 'mx', ARGV[b + 12],
+    'u', 0, 'eq', eqs, 'av', eqs, 'sq', seq }
+  -- Empty fields are not written (readers default them): a smaller
+  -- record is cheaper to read back on every lease.
+  for o, name in pairs(optional) do
+    local v = ARGV[b + o]
+    if v ~= '' and v ~= '[]' then
+      f[#f + 1] = name
+      f[#f + 1] = v
+    end
+  end
+  redis.call('HSET', jk(id), unpack(f))
   if ARGV[b + 11] ~= '' then redis.call('HSET', P .. 'idem', ARGV[b + 11], id) end
   if ARGV[b + 4] ~= '' then redis.call('HINCRBY', P .. 'wkref', ARGV[b + 4], 1) end
   redis.call('ZADD', P .. 'all', seq, id)

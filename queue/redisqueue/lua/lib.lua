@@ -63,7 +63,7 @@ end
 -- bucket and the queued index.
 local function makeQueued(id, from)
   local f = redis.call('HMGET', jk(id), 'wf', 'pr', 'rq', 'nd', 'xb', 'sq')
-  local def = bucketDef(f[1], f[2], f[3], f[4], f[5])
+  local def = bucketDef(f[1], f[2], f[3] or '[]', f[4] or '[]', f[5] or '[]')
   local bid = redis.sha1hex(def)
   redis.call('HSETNX', P .. 'bk', bid, def)
   redis.call('HSET', jk(id), 'bk', bid)
@@ -80,20 +80,18 @@ local function unbucket(id)
   end
 end
 
--- closeAttempt closes the job's open attempt at time at (or, when make is
--- set and none is open, appends a closed one for the last lease), with
--- class and the error summary e ({c, m, n, t}); counted counts it. It
--- returns the attempt's backend, or nil when nothing was closed.
-local function closeAttempt(id, at, class, e, counted, make)
-  local k = jk(id)
-  local raw = redis.call('HGET', k, 'at')
+-- closed returns the attempts (raw: the "at" field, or false) with the
+-- open attempt closed at time at (or, when make is set and none is open,
+-- one appended for the lease of backend lb begun at la), with class and
+-- the error summary e ({c, m, n, t}) and counted. It returns the new
+-- field and the attempt's backend, or nil when nothing was closed.
+local function closed(raw, lb, la, at, class, e, counted, make)
   local list = {}
   if raw then list = cjson.decode(raw) end
   local a = list[#list]
   if not a or a.e then
     if not make then return nil end
-    local f = redis.call('HMGET', k, 'lb', 'la')
-    a = { b = f[1] or '', s = f[2] or '0' }
+    a = { b = lb or '', s = la or '0' }
     list[#list + 1] = a
   end
   a.e = fmt(at)
@@ -105,9 +103,19 @@ local function closeAttempt(id, at, class, e, counted, make)
     if e.t ~= '' then a.et = e.t end
   end
   a.k = counted
+  return cjson.encode(list), a.b
+end
+
+-- closeAttempt is closed on the job's record, written back; counted
+-- also counts it against the job's attempts.
+local function closeAttempt(id, at, class, e, counted, make)
+  local k = jk(id)
+  local f = redis.call('HMGET', k, 'at', 'lb', 'la')
+  local list, b = closed(f[1], f[2], f[3], at, class, e, counted, make)
+  if not list then return nil end
   if counted then redis.call('HINCRBY', k, 'u', 1) end
-  redis.call('HSET', k, 'at', cjson.encode(list))
-  return a.b
+  redis.call('HSET', k, 'at', list)
+  return b
 end
 
 local function setError(id, e)

@@ -16,7 +16,9 @@ local function pausedSet()
   return paused
 end
 
+local none = {}
 local function set(json)
+  if json == '[]' then return none end
   local s = {}
   for _, v in ipairs(cjson.decode(json)) do s[v] = true end
   return s
@@ -143,15 +145,23 @@ local function begin(id, tok, backend, prompt)
 end
 
 local function complete(id, tok, result)
-  local bad = holder(id, tok)
-  if bad then return bad end
   local k = jk(id)
+  local f = redis.call('HMGET', k, 'st', 'tk', 'le', 'at', 'lb', 'la', 'sq', 'u', 'v')
+  if not f[1] then return { 'notfound' } end
+  if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
+  if tonumber(f[3]) <= NOW then
+    expire(id, tonumber(f[3]))
+    return { 'lost', redis.call('HGET', k, 'st') }
+  end
+  -- One read and one write of the record (the hot path).
+  local at = closed(f[4], f[5], f[6], NOW, 'none', nil, true, true)
+  local v = tonumber(f[9]) + 1
   redis.call('ZREM', P .. 'lease', id)
-  closeAttempt(id, NOW, 'none', nil, true, true)
   redis.call('HDEL', k, 'tk', 'le')
-  redis.call('HSET', k, 'rs', result)
-  finish(id, redis.call('HGET', k, 'sq'), 'leased', 'completed', NOW)
-  changed(id, 'completed', bump(id))
+  redis.call('HSET', k, 'st', 'completed', 'fi', fmt(NOW), 'rs', result, 'at', at, 'u', tonumber(f[8]) + 1, 'v', v)
+  redis.call('ZADD', P .. 'fin', NOW, id)
+  move(id, f[7], 'leased', 'completed')
+  changed(id, 'completed', v)
   return { 'ok', '', record(id) }
 end
 
@@ -167,7 +177,7 @@ local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
   local e = errOf(c, m, n, t)
   local backend = closeAttempt(id, NOW, c, e, true, true)
   if exclude == '1' and backend and backend ~= '' then
-    local xb = cjson.decode(redis.call('HGET', k, 'xb'))
+    local xb = cjson.decode(redis.call('HGET', k, 'xb') or '[]')
     local found = false
     for _, b in ipairs(xb) do if b == backend then found = true end end
     if not found then
