@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/comfypool/comfypool/queue"
@@ -18,25 +19,12 @@ import (
 //	ov  overrides             pl  payload          md  metadata (JSON object)
 //	rq  requires              nd  needs            xb  excluded backends
 //	ik  idempotency key       mx  max attempts     u   attempts used
-//	at  attempts (JSON array) eq  enqueued at      av  available at
+//	at  closed attempts       ao  open attempt     eq  enqueued at
+//	av  available at
 //	la  leased at             le  lease expires at fi  finished at
 //	lb  leased by             tk  lease token      rs  result
 //	ec, em, en, et            the error's class, message, node id, node type
 //	sq  enqueue sequence      bk  bucket (see the package doc)
-
-// attemptRecord is one element of the "at" field.
-type attemptRecord struct {
-	Backend  string `json:"b"`
-	PromptID string `json:"p,omitempty"`
-	Started  string `json:"s"`
-	Ended    string `json:"e,omitempty"`
-	Class    string `json:"c,omitempty"`
-	ErrClass string `json:"ec,omitempty"`
-	Message  string `json:"em,omitempty"`
-	NodeID   string `json:"en,omitempty"`
-	NodeType string `json:"et,omitempty"`
-	Counted  bool   `json:"k,omitempty"`
-}
 
 // decodeRecord builds a Job from a record as HGETALL returns it (field,
 // value, field, value, ...).
@@ -47,6 +35,7 @@ func decodeRecord(raw any) (*queue.Job, error) {
 	}
 	j := &queue.Job{}
 	var err error
+	var closedAttempts, openAttempt string
 	for i := 0; i < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
@@ -84,7 +73,9 @@ func decodeRecord(raw any) (*queue.Job, error) {
 		case "u":
 			j.AttemptsUsed, err = strconv.Atoi(v)
 		case "at":
-			j.Attempts, err = decodeAttempts(v)
+			closedAttempts = v
+		case "ao":
+			openAttempt = v
 		case "eq":
 			j.EnqueuedAt, err = timeOf(v)
 		case "av":
@@ -116,6 +107,9 @@ func decodeRecord(raw any) (*queue.Job, error) {
 	}
 	if j.ID == "" {
 		return nil, fmt.Errorf("redisqueue: job record without id")
+	}
+	if j.Attempts, err = decodeAttempts(closedAttempts, openAttempt); err != nil {
+		return nil, fmt.Errorf("redisqueue: job record field at: %w", err)
 	}
 	return j, nil
 }
@@ -162,26 +156,74 @@ func timeOf(s string) (time.Time, error) {
 	return time.UnixMicro(n).UTC(), nil
 }
 
-func decodeAttempts(s string) ([]queue.Attempt, error) {
-	if s == "" || s == "{}" || s == "[]" {
-		return nil, nil
-	}
-	var recs []attemptRecord
-	if err := json.Unmarshal([]byte(s), &recs); err != nil {
-		return nil, err
-	}
-	out := make([]queue.Attempt, len(recs))
-	for i, r := range recs {
-		a := queue.Attempt{Number: i + 1, Backend: r.Backend, PromptID: r.PromptID, Class: r.Class, Counted: r.Counted,
-			Error: queue.ErrorSummary{Class: r.ErrClass, Message: r.Message, NodeID: r.NodeID, NodeType: r.NodeType}}
+// The fields of an attempt in "at" (closed) and "ao" (open): see
+// lua/lib.lua.
+const (
+	openFields   = 3  // backend, prompt id, started
+	closedFields = 10 // and ended, class, error class, message, node id, node type, counted
+)
+
+// decodeAttempts decodes the closed attempts and the open one.
+func decodeAttempts(closedRuns, open string) ([]queue.Attempt, error) {
+	var out []queue.Attempt
+	var f [closedFields]string
+	for rest := closedRuns; rest != ""; {
 		var err error
-		if a.StartedAt, err = timeOf(r.Started); err != nil {
+		if rest, err = fields(rest, f[:closedFields]); err != nil {
 			return nil, err
 		}
-		if a.EndedAt, err = timeOf(r.Ended); err != nil {
+		a, err := attemptOf(len(out)+1, f[:])
+		if err != nil {
 			return nil, err
 		}
-		out[i] = a
+		out = append(out, a)
+	}
+	if open != "" {
+		rest, err := fields(open, f[:openFields])
+		if err != nil || rest != "" {
+			return nil, fmt.Errorf("malformed open attempt %q", open)
+		}
+		a, err := attemptOf(len(out)+1, f[:openFields])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
 	return out, nil
+}
+
+// fields reads len(dst) length-prefixed fields off s and returns the rest.
+func fields(s string, dst []string) (string, error) {
+	for i := range dst {
+		c := strings.IndexByte(s, ':')
+		if c < 0 {
+			return "", fmt.Errorf("malformed attempt record")
+		}
+		n, err := strconv.Atoi(s[:c])
+		if err != nil || n < 0 || c+1+n > len(s) {
+			return "", fmt.Errorf("malformed attempt record")
+		}
+		dst[i], s = s[c+1:c+1+n], s[c+1+n:]
+	}
+	return s, nil
+}
+
+// attemptOf builds attempt number n from its fields (3 when open, 10
+// when closed).
+func attemptOf(n int, f []string) (queue.Attempt, error) {
+	a := queue.Attempt{Number: n, Backend: f[0], PromptID: f[1]}
+	var err error
+	if a.StartedAt, err = timeOf(f[2]); err != nil {
+		return a, err
+	}
+	if len(f) == openFields {
+		return a, nil
+	}
+	if a.EndedAt, err = timeOf(f[3]); err != nil {
+		return a, err
+	}
+	a.Class = f[4]
+	a.Error = queue.ErrorSummary{Class: f[5], Message: f[6], NodeID: f[7], NodeType: f[8]}
+	a.Counted = f[9] == "1"
+	return a, nil
 }

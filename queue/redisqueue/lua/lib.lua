@@ -80,41 +80,48 @@ local function unbucket(id)
   end
 end
 
--- closed returns the attempts (raw: the "at" field, or false) with the
--- open attempt closed at time at (or, when make is set and none is open,
--- one appended for the lease of backend lb begun at la), with class and
--- the error summary e ({c, m, n, t}) and counted. It returns the new
--- field and the attempt's backend, or nil when nothing was closed.
-local function closed(raw, lb, la, at, class, e, counted, make)
-  local list = {}
-  if raw then list = cjson.decode(raw) end
-  local a = list[#list]
-  if not a or a.e then
+-- Attempts: the field "at" holds the closed attempts and "ao" the open
+-- one, if any, each a run of length-prefixed fields ("<len>:<bytes>",
+-- which needs no escaping and no JSON): an open attempt has its backend,
+-- prompt id and start; a closed one adds its end, class, the error's
+-- class, message, node id and node type, and "1" when it counted.
+local function lp(s) return #s .. ':' .. s end
+
+-- backendOf returns the first field of an attempt: its backend.
+local function backendOf(ao)
+  local c = string.find(ao, ':', 1, true)
+  return string.sub(ao, c + 1, c + tonumber(string.sub(ao, 1, c - 1)))
+end
+
+-- closed returns the "at" field with the open attempt ao (or, when make
+-- is set and none is open, one for the lease of backend lb begun at la)
+-- closed at time at, with class, the error summary e ({c, m, n, t}) and
+-- counted, and the attempt's backend; nil when nothing was closed.
+local function closed(raw, ao, lb, la, at, class, e, counted, make)
+  if not ao then
     if not make then return nil end
-    a = { b = lb or '', s = la or '0' }
-    list[#list + 1] = a
+    ao = lp(lb or '') .. '0:' .. lp(la or '0')
   end
-  a.e = fmt(at)
-  a.c = class
+  local rec = ao .. lp(fmt(at)) .. lp(class)
   if e then
-    if e.c ~= '' then a.ec = e.c end
-    if e.m ~= '' then a.em = e.m end
-    if e.n ~= '' then a.en = e.n end
-    if e.t ~= '' then a.et = e.t end
+    rec = rec .. lp(e.c) .. lp(e.m) .. lp(e.n) .. lp(e.t)
+  else
+    rec = rec .. '0:0:0:0:'
   end
-  a.k = counted
-  return cjson.encode(list), a.b
+  if counted then rec = rec .. '1:1' else rec = rec .. '0:' end
+  return (raw or '') .. rec, backendOf(ao)
 end
 
 -- closeAttempt is closed on the job's record, written back; counted
 -- also counts it against the job's attempts.
 local function closeAttempt(id, at, class, e, counted, make)
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'at', 'lb', 'la')
-  local list, b = closed(f[1], f[2], f[3], at, class, e, counted, make)
+  local f = redis.call('HMGET', k, 'at', 'ao', 'lb', 'la')
+  local list, b = closed(f[1], f[2], f[3], f[4], at, class, e, counted, make)
   if not list then return nil end
   if counted then redis.call('HINCRBY', k, 'u', 1) end
   redis.call('HSET', k, 'at', list)
+  redis.call('HDEL', k, 'ao')
   return b
 end
 

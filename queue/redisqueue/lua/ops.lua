@@ -135,18 +135,14 @@ local function begin(id, tok, backend, prompt)
   local k = jk(id)
   closeAttempt(id, NOW, 'superseded', nil, false, false)
   if backend == '' then backend = redis.call('HGET', k, 'lb') end
-  local raw = redis.call('HGET', k, 'at')
-  local list = {}
-  if raw then list = cjson.decode(raw) end
-  list[#list + 1] = { b = backend, p = prompt, s = fmt(NOW) }
-  redis.call('HSET', k, 'at', cjson.encode(list))
+  redis.call('HSET', k, 'ao', lp(backend) .. lp(prompt) .. lp(fmt(NOW)))
   changed(id, 'leased', bump(id))
   return { 'ok', '', record(id) }
 end
 
 local function complete(id, tok, result)
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'st', 'tk', 'le', 'at', 'lb', 'la', 'sq', 'u', 'v')
+  local f = redis.call('HMGET', k, 'st', 'tk', 'le', 'at', 'lb', 'la', 'sq', 'u', 'v', 'ao')
   if not f[1] then return { 'notfound' } end
   if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
   if tonumber(f[3]) <= NOW then
@@ -154,10 +150,10 @@ local function complete(id, tok, result)
     return { 'lost', redis.call('HGET', k, 'st') }
   end
   -- One read and one write of the record (the hot path).
-  local at = closed(f[4], f[5], f[6], NOW, 'none', nil, true, true)
+  local at = closed(f[4], f[10], f[5], f[6], NOW, 'none', nil, true, true)
   local v = tonumber(f[9]) + 1
   redis.call('ZREM', P .. 'lease', id)
-  redis.call('HDEL', k, 'tk', 'le')
+  redis.call('HDEL', k, 'tk', 'le', 'ao')
   redis.call('HSET', k, 'st', 'completed', 'fi', fmt(NOW), 'rs', result, 'at', at, 'u', tonumber(f[8]) + 1, 'v', v)
   redis.call('ZADD', P .. 'fin', NOW, id)
   move(id, f[7], 'leased', 'completed')

@@ -1,0 +1,54 @@
+package redisqueue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/redisqueue/internal/redistest"
+)
+
+// TestAttemptFieldsRoundTrip checks that an attempt's strings come back
+// byte for byte whatever they hold: the record keeps attempts as
+// length-prefixed fields, which a colon, digits, a newline or non-UTF-8
+// bytes in a message must not confuse.
+func TestAttemptFieldsRoundTrip(t *testing.T) {
+	c := redistest.Client(t, 0)
+	q := queue.New(newDriver(t, c, nil))
+	ctx := t.Context()
+	_, err := q.Enqueue(ctx, queue.EnqueueParams{MaxAttempts: 5})
+	require.NoError(t, err)
+	odd := []string{"12:x", "0:", "", "a\nb:\x00\xff", "ノード:7"}
+	for i, s := range odd {
+		j, err := q.Lease(ctx, queue.LeaseParams{Backend: "b" + s, Duration: time.Minute})
+		require.NoError(t, err)
+		require.NotNil(t, j, "lease %d", i)
+		_, err = q.Begin(ctx, j.ID, j.LeaseToken, queue.BeginParams{PromptID: "p" + s})
+		require.NoError(t, err)
+		if i == len(odd)-1 {
+			j, err = q.Complete(ctx, j.ID, j.LeaseToken, []byte(s))
+		} else {
+			j, err = q.Fail(ctx, j.ID, j.LeaseToken, queue.FailParams{
+				Error: queue.ErrorSummary{Class: "c" + s, Message: s, NodeID: s + "1", NodeType: s + "t"}})
+		}
+		require.NoError(t, err)
+		got, err := q.Get(ctx, j.ID)
+		require.NoError(t, err)
+		assert.Equal(t, j, got)
+		require.Len(t, got.Attempts, i+1)
+		a := got.Attempts[i]
+		assert.Equal(t, "b"+s, a.Backend)
+		assert.Equal(t, "p"+s, a.PromptID)
+		assert.True(t, a.Counted)
+		if i < len(odd)-1 {
+			assert.Equal(t, queue.ErrorSummary{Class: "c" + s, Message: s, NodeID: s + "1", NodeType: s + "t"}, a.Error)
+			assert.Equal(t, "c"+s, a.Class)
+		} else {
+			assert.Equal(t, queue.ClassNone, a.Class)
+			assert.Equal(t, []byte(s), got.Result)
+		}
+	}
+}
