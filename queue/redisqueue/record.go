@@ -20,11 +20,12 @@ import (
 //	rq  requires              nd  needs            xb  excluded backends
 //	ik  idempotency key       mx  max attempts     u   attempts used
 //	at  closed attempts       ao  open attempt     eq  enqueued at
-//	av  available at
-//	la  leased at             le  lease expires at fi  finished at
-//	lb  leased by             tk  lease token      rs  result
+//	av  available at          la  leased at        le  lease expires at
+//	fi  finished at           lb  leased by        tk  lease token
+//	rs  result                sq  enqueue sequence bk  bucket (see the package doc)
 //	ec, em, en, et            the error's class, message, node id, node type
-//	sq  enqueue sequence      bk  bucket (see the package doc)
+//
+// Attempts are runs of length-prefixed fields (see lua/lib.lua).
 
 // decodeRecord builds a Job from a record as HGETALL returns it (field,
 // value, field, value, ...).
