@@ -3,7 +3,6 @@ package redisqueue
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,7 +156,7 @@ func (d *Driver) walk(ctx context.Context, index string, oldestFirst bool, after
 			if len(rec) == 0 {
 				continue // purged meanwhile
 			}
-			j, err := decodeRecord(flatten(rec))
+			j, err := decodeMap(rec)
 			if err != nil {
 				return err
 			}
@@ -169,16 +168,6 @@ func (d *Driver) walk(ctx context.Context, index string, oldestFirst bool, after
 			return nil
 		}
 	}
-}
-
-// flatten turns a record read with HGETALL into the form the scripts
-// return.
-func flatten(m map[string]string) []any {
-	out := make([]any, 0, 2*len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, k, m[k])
-	}
-	return out
 }
 
 // matches reports whether j passes p's filters (States too, when

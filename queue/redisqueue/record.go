@@ -3,6 +3,8 @@ package redisqueue
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -27,19 +29,41 @@ import (
 //
 // Attempts are runs of length-prefixed fields (see lua/lib.lua).
 
-// decodeRecord builds a Job from a record as HGETALL returns it (field,
-// value, field, value, ...).
-func decodeRecord(raw any) (*queue.Job, error) {
-	flat, ok := raw.([]any)
-	if !ok || len(flat)%2 != 0 {
+// decodePacked builds a Job from a record as the scripts return it: one
+// string of length-prefixed fields, name then value (see record in
+// lua/lib.lua), which costs the client one string instead of a value
+// per field.
+func decodePacked(raw any) (*queue.Job, error) {
+	s, ok := raw.(string)
+	if !ok {
 		return nil, fmt.Errorf("redisqueue: malformed job record %T", raw)
 	}
+	var kv [2]string
+	var err error
+	j, derr := decodeFields(func(yield func(k, v string) bool) {
+		for s != "" {
+			if s, err = fields(s, kv[:]); err != nil || !yield(kv[0], kv[1]) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisqueue: malformed job record: %w", err)
+	}
+	return j, derr
+}
+
+// decodeMap builds a Job from a record read with HGETALL.
+func decodeMap(m map[string]string) (*queue.Job, error) {
+	return decodeFields(maps.All(m))
+}
+
+// decodeFields builds a Job from a record's fields.
+func decodeFields(record iter.Seq2[string, string]) (*queue.Job, error) {
 	j := &queue.Job{}
 	var err error
 	var closedAttempts, openAttempt string
-	for i := 0; i < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
+	for k, v := range record {
 		switch k {
 		case "id":
 			j.ID = v

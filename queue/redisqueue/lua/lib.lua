@@ -200,7 +200,10 @@ local function nextDue()
   return t
 end
 
--- The job's record, as HGETALL returns it.
+-- The job's record, packed: its fields and values as one run of
+-- length-prefixed strings (see decodePacked in record.go).
 local function record(id)
-  return redis.call('HGETALL', jk(id))
+  local r = redis.call('HGETALL', jk(id))
+  for i = 1, #r do r[i] = #r[i] .. ':' .. r[i] end
+  return table.concat(r)
 end
