@@ -134,6 +134,24 @@
 //	ex, _ := dag.New(&dag.Config{Runner: p, Store: store, Owner: hostname})
 //	resumed, err := ex.ResumeAbandoned(ctx, nil)
 //
+// # Backends and failover
+//
+// Pools in several processes sharing one Redis share the backends and
+// the failover too. [BackendLeases] (pool.Config.BackendLeases, keys
+// "{Prefix}:bl:..." and "{Prefix}:holders") lets each backend be driven
+// by one Pool at a time, the live Pools taking fair shares of them, and
+// hands the backends of a process that died to the others once their
+// leases expire. [Failover] (pool.Config.FailoverStrategy, keys
+// "{Prefix}:fo:...") shares the blocks of (backend, workflow) pairs,
+// which survive restarts: a pair one process blocked is skipped by all,
+// and each Pool publishes the blocks any process decided. Both judge
+// expiry by the Redis server's clock:
+//
+//	leases, _ := redisqueue.NewBackendLeases(rdb, &redisqueue.BackendLeasesConfig{Prefix: "render"})
+//	fo, _ := redisqueue.NewFailover(ctx, rdb, &redisqueue.FailoverConfig{Prefix: "render"})
+//	defer fo.Close(ctx)
+//	p, _ := pool.New(&pool.Config{Backends: backends, Queue: q, BackendLeases: leases, FailoverStrategy: fo})
+//
 // # Errors
 //
 // Errors of Redis are wrapped ("redisqueue: dag: load execution ...: ...")
