@@ -811,9 +811,10 @@ func (f *Failover) listen(ctx context.Context) {
 }
 
 // Close stops following changes and the view's timer, and unsubscribes;
-// no event is emitted after it returns. It does not change the keys. ctx
-// bounds the wait for the listener to end. It may be called more than
-// once.
+// it waits for the events being emitted, and none is emitted after it
+// returns, so it must not be called from OnEvent or a SubscribeEvents
+// function. It does not change the keys. ctx bounds the wait for the
+// listener to end. It may be called more than once.
 func (f *Failover) Close(ctx context.Context) error {
 	f.mu.Lock()
 	f.closed = true
