@@ -3,11 +3,15 @@ package redisqueue_test
 import (
 	"testing"
 
+	"github.com/comfypool/comfypool/internal/killtest"
 	"github.com/comfypool/comfypool/internal/leakcheck"
 )
 
 // TestMain fails the run when a goroutine of the package, of the dag
-// Executors it runs, or of go-redis outlives the tests (see leakcheck).
+// Executors it runs, of the kill test's harness or of go-redis outlives
+// the tests (see leakcheck), unless the binary runs as a child process of
+// TestKillOnePoolProcess.
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, "comfypool/queue/redisqueue", "comfypool/dag", "redis/go-redis")
+	killtest.MaybeChild(killAdapter()) // the kill test starts this binary again as a pool process
+	leakcheck.Main(m, "comfypool/queue/redisqueue", "comfypool/dag", "comfypool/internal/killtest", "redis/go-redis")
 }
