@@ -26,7 +26,7 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 		if len(res) < 3 {
 			return nil, fmt.Errorf("redisqueue: %s: malformed reply", op)
 		}
-		j, err := decodePacked(res[2])
+		j, err := decodeRow(res[2])
 		if err != nil {
 			return nil, err
 		}

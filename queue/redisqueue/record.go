@@ -29,28 +29,25 @@ import (
 //
 // Attempts are runs of length-prefixed fields (see lua/lib.lua).
 
-// decodePacked builds a Job from a record as the scripts return it: one
-// string of length-prefixed fields, name then value (see record in
-// lua/lib.lua), which costs the client one string instead of a value
-// per field.
-func decodePacked(raw any) (*queue.Job, error) {
-	s, ok := raw.(string)
-	if !ok {
+// recordFields are the fields the scripts return of a job, in order
+// (record in lua/lib.lua): values only, which costs both sides less than
+// HGETALL's names and values.
+var recordFields = [...]string{"id", "st", "v", "pr", "wf", "wk", "ov", "pl", "md", "rq", "nd", "xb", "ik",
+	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et"}
+
+// decodeRow builds a Job from a record as the scripts return it.
+func decodeRow(raw any) (*queue.Job, error) {
+	vals, ok := raw.([]any)
+	if !ok || len(vals) != len(recordFields) {
 		return nil, fmt.Errorf("redisqueue: malformed job record %T", raw)
 	}
-	var kv [2]string
-	var err error
-	j, derr := decodeFields(func(yield func(k, v string) bool) {
-		for s != "" {
-			if s, err = fields(s, kv[:]); err != nil || !yield(kv[0], kv[1]) {
+	return decodeFields(func(yield func(k, v string) bool) {
+		for i, v := range vals {
+			if s, ok := v.(string); ok && !yield(recordFields[i], s) {
 				return
 			}
 		}
 	})
-	if err != nil {
-		return nil, fmt.Errorf("redisqueue: malformed job record: %w", err)
-	}
-	return j, derr
 }
 
 // decodeMap builds a Job from a record read with HGETALL.

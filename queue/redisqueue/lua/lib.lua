@@ -200,10 +200,9 @@ local function nextDue()
   return t
 end
 
--- The job's record, packed: its fields and values as one run of
--- length-prefixed strings (see decodePacked in record.go).
+-- The job's record: its fields in the order of recordFields in
+-- record.go (false for an absent one; all false when there is no job).
 local function record(id)
-  local r = redis.call('HGETALL', jk(id))
-  for i = 1, #r do r[i] = #r[i] .. ':' .. r[i] end
-  return table.concat(r)
+  return redis.call('HMGET', jk(id), 'id', 'st', 'v', 'pr', 'wf', 'wk', 'ov', 'pl', 'md', 'rq', 'nd', 'xb', 'ik',
+    'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et')
 end

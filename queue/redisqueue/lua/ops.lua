@@ -268,7 +268,7 @@ end
 
 local function get(id)
   local r = record(id)
-  if r == "" then return { 'notfound' } end
+  if not r[1] then return { 'notfound' } end
   return { 'ok', '', r }
 end
 
