@@ -93,6 +93,16 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   local k = jk(best)
   redis.call('ZREM', P .. 'q:' .. bestBid, best)
   if redis.call('ZCARD', P .. 'q:' .. bestBid) == 0 then redis.call('SREM', P .. 'live', bestBid) end
+  local st = redis.call('HGET', k, 'st')
+  if st ~= 'queued' then
+    -- An entry Redis trouble left (its job vanished, or is not queued):
+    -- dropped, with the index entries of a vanished job; lease the next.
+    if not st then
+      redis.call('ZREM', P .. 's:queued', best)
+      redis.call('ZREM', P .. 'all', best)
+    end
+    return lease(backend, dur, tok, wfs, tags, has, xwf, pref)
+  end
   local exp = NOW + tonumber(dur)
   redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', fmt(NOW), 'le', fmt(exp), 'lb', backend)
   local v = bump(best)
