@@ -202,24 +202,28 @@ func (d *Driver) tick(ctx context.Context) (next, now int64, queued int, err err
 	}
 }
 
-// reconcile repairs the leases Redis trouble left orphaned (see
-// reconcile.lua), looking at the leased jobs only.
+// reconcile repairs the leases Redis trouble left orphaned and drops
+// the lease records it left stray (see reconcile.lua), looking at the
+// leased jobs and the lease records only.
 func (d *Driver) reconcile(ctx context.Context) error {
-	for offset := int64(0); ; {
-		raw, err := d.run(ctx, "reconcile", offset, 500)
-		if err != nil {
-			return wrapErr("reconcile", err)
-		}
-		r, _ := raw.([]any)
-		if len(r) != 3 {
-			return nil
-		}
-		if n, _ := r[0].(int64); n > 0 {
-			d.log.WarnContext(ctx, "redisqueue: recovered jobs marked leased without a lease record", "jobs", n)
-		}
-		offset, _ = r[1].(int64)
-		if done, _ := r[2].(int64); done == 1 {
-			return nil
+	for _, index := range []string{"jobs", "records"} {
+		for offset := int64(0); ; {
+			raw, err := d.run(ctx, "reconcile", offset, 500, index)
+			if err != nil {
+				return wrapErr("reconcile", err)
+			}
+			r, _ := raw.([]any)
+			if len(r) != 3 {
+				return nil
+			}
+			if n, _ := r[0].(int64); n > 0 {
+				d.log.WarnContext(ctx, "redisqueue: recovered jobs marked leased without a lease record", "jobs", n)
+			}
+			offset, _ = r[1].(int64)
+			if done, _ := r[2].(int64); done == 1 {
+				break
+			}
 		}
 	}
+	return nil
 }

@@ -63,6 +63,47 @@ func TestOrphanedLeaseRecovered(t *testing.T) {
 	assert.Equal(t, queue.StateCompleted, done.State)
 }
 
+// TestStrayLeaseRecordsDropped: a lease record whose job is gone, or is
+// not leased (the write that removed it was lost), is dropped by the
+// driver's maintenance, not kept until its expiry.
+func TestStrayLeaseRecordsDropped(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t, 4)
+	prefix := redistest.Prefix(t, c)
+	q := queue.New(newDriver(t, c, &redisqueue.Config{Prefix: prefix, PollInterval: 20 * time.Millisecond}))
+	ctx := t.Context()
+
+	_, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	l, err := q.Lease(ctx, queue.LeaseParams{Backend: "b", Duration: time.Hour})
+	require.NoError(t, err)
+	finished, err := q.Complete(ctx, l.ID, l.LeaseToken, nil)
+	require.NoError(t, err)
+	queued, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+
+	// An hour from now, as a live lease would be.
+	expiry := float64(time.Now().Add(time.Hour).UnixMicro())
+	stray := []string{finished.ID, queued.ID, "01234567-89ab-7def-8123-456789abcdef" /* gone */}
+	for _, id := range stray {
+		require.NoError(t, c.ZAdd(ctx, key(prefix, "lease"), redis.Z{Score: expiry, Member: id}).Err())
+	}
+	require.Eventually(t, func() bool {
+		n, err := c.ZCard(ctx, key(prefix, "lease")).Result()
+		return err == nil && n == 0
+	}, waitLimit, 10*time.Millisecond, "stray lease records dropped: %v", c.ZRange(ctx, key(prefix, "lease"), 0, -1).Val())
+
+	for _, j := range []*queue.Job{finished, queued} {
+		got, err := q.Get(ctx, j.ID)
+		require.NoError(t, err)
+		assert.Equal(t, j, got, "job %s untouched", j.ID)
+	}
+	l, err = q.Lease(ctx, queue.LeaseParams{Backend: "b", Duration: time.Hour})
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	assert.Equal(t, queued.ID, l.ID)
+}
+
 // TestBrokenBucketEntries: a bucket entry whose job vanished (evicted,
 // deleted by hand) does not break Lease, which leases the next job and
 // drops the entry, writing nothing for the vanished job; an entry whose
