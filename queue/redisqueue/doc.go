@@ -81,9 +81,10 @@
 // expiry is applied at once. Redis trouble (a failover that loses the
 // last writes, an eviction, a hand edit) can leave a job marked leased
 // without its lease entry, which no expiry would ever find: every
-// PollInterval each Driver walks the leased jobs (only those) and voids
-// such a lease as if it had expired, and drops index entries whose job
-// is gone.
+// PollInterval each Driver walks the leased jobs and the lease entries
+// (only those) and voids such a lease as if it had expired, and drops
+// index and lease entries whose job is gone or not leased. A lease skips
+// (and drops) a bucket entry whose job is gone or not queued.
 //
 // # Time
 //
