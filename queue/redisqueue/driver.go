@@ -63,7 +63,7 @@ type TestConfig struct {
 }
 
 // Driver is the Redis [queue.Driver]. It implements [queue.Notifier],
-// [queue.Watcher] and [queue.IDEnqueuer]. Use it through [queue.New]. A
+// [queue.Watcher], [queue.IDEnqueuer] and [queue.SpaceNotifier]. Use it through [queue.New]. A
 // Driver is safe for concurrent use by multiple goroutines.
 type Driver struct {
 	c    redis.UniversalClient
@@ -82,8 +82,11 @@ type Driver struct {
 
 	ready chan struct{}
 	kick  chan struct{} // wakes the maintenance loop (coalesced)
-	armed atomic.Int64  // µs of the maintenance timer's target (server clock); 0: none
-	feed  queue.Feed    // the subscription publishes to it
+
+	spaceMu sync.Mutex
+	space   chan struct{} // closed when capacity may have been freed (SpaceAvailable)
+	armed   atomic.Int64  // µs of the maintenance timer's target (server clock); 0: none
+	feed    queue.Feed    // the subscription publishes to it
 
 	// The check that published messages arrive (see maintain).
 	pingID             string
@@ -225,6 +228,29 @@ func (d *Driver) signalReady() {
 	}
 }
 
+// SpaceAvailable implements [queue.SpaceNotifier]: the channel is closed
+// when a job of the queue, in any process, next finishes or is
+// cancelled (seen on the queue's channel), or at the next PollInterval
+// when a Capacity is set (in case that message was lost).
+func (d *Driver) SpaceAvailable() <-chan struct{} {
+	d.spaceMu.Lock()
+	defer d.spaceMu.Unlock()
+	if d.space == nil {
+		d.space = make(chan struct{})
+	}
+	return d.space
+}
+
+// signalSpace wakes the SpaceAvailable waiters.
+func (d *Driver) signalSpace() {
+	d.spaceMu.Lock()
+	defer d.spaceMu.Unlock()
+	if d.space != nil {
+		close(d.space)
+		d.space = nil
+	}
+}
+
 // Ready implements [queue.Notifier].
 func (d *Driver) Ready() <-chan struct{} { return d.ready }
 
@@ -243,6 +269,8 @@ var (
 	_ queue.Notifier   = (*Driver)(nil)
 	_ queue.Watcher    = (*Driver)(nil)
 	_ queue.IDEnqueuer = (*Driver)(nil)
+
+	_ queue.SpaceNotifier = (*Driver)(nil)
 )
 
 // errorf builds the error of a failed token operation.

@@ -31,6 +31,9 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 			return nil, err
 		}
 		d.arm(j)
+		if j.State.Terminal() {
+			d.signalSpace()
+		}
 		return j, nil
 	case "none":
 		return nil, nil

@@ -82,6 +82,9 @@ func (d *Driver) dispatch(payload string) {
 			if state == queue.StateQueued {
 				d.signalReady()
 			}
+			if state.Terminal() {
+				d.signalSpace()
+			}
 			d.feed.Publish(queue.Change{JobID: id, State: state, Version: v})
 		}
 	}
@@ -150,6 +153,9 @@ func (d *Driver) maintain(ctx context.Context) {
 		if queued > 0 {
 			d.signalReady()
 		}
+		if d.cfg.Capacity > 0 {
+			d.signalSpace() // in case a message was lost: waiters try again
+		}
 		if sent := d.pingSent.Load(); sent > 0 && sent-d.pingSeen.Load() >= 2 {
 			d.feed.Gap()
 		}
@@ -160,22 +166,14 @@ func (d *Driver) maintain(ctx context.Context) {
 		if err := d.reconcile(ctx); err != nil && ctx.Err() == nil {
 			d.log.WarnContext(ctx, "redisqueue: reconcile", "error", err)
 		}
-		if d.cfg.Retention > 0 {
-			before := d.clock().Add(-d.cfg.Retention)
+		if d.cfg.Retention > 0 && now > 0 {
+			// By the server's clock (the tick's), as every time of the queue.
+			before := time.UnixMicro(now).Add(-d.cfg.Retention)
 			if _, err := d.purge(ctx, &queue.PurgeParams{FinishedBefore: before}); err != nil && ctx.Err() == nil {
 				d.log.WarnContext(ctx, "redisqueue: retention", "error", err)
 			}
 		}
 	}
-}
-
-// clock returns the time of the driver's clock as this process sees it
-// (the test clock, or the local clock standing in for the server's).
-func (d *Driver) clock() time.Time {
-	if d.cfg.Test.Now != nil {
-		return d.cfg.Test.Now()
-	}
-	return time.Now()
 }
 
 // tick applies due transitions and returns the next due time, the
@@ -214,7 +212,7 @@ func (d *Driver) reconcile(ctx context.Context) error {
 			}
 			r, _ := raw.([]any)
 			if len(r) != 3 {
-				return nil
+				return fmt.Errorf("redisqueue: reconcile: malformed reply %v", raw)
 			}
 			if n, _ := r[0].(int64); n > 0 {
 				d.log.WarnContext(ctx, "redisqueue: recovered jobs marked leased without a lease record", "jobs", n)
