@@ -32,12 +32,27 @@ redis.call('SET', P .. 'lastenq', fmt(eq))
 local seq = redis.call('INCRBY', KEYS[1], n) - n
 local eqs = fmt(eq)
 local optional = { [4] = 'wk', [5] = 'ov', [6] = 'pl', [7] = 'md', [8] = 'rq', [9] = 'nd', [10] = 'xb', [11] = 'ik' }
+-- A batch's jobs mostly share a bucket: each distinct one is named and
+-- stored once per batch, and its sorted sets are written in one command
+-- each.
+local bids = {}   -- definition -> bucket id
+local queued = {} -- bucket id -> {seq, id, seq, id, ...}
+local all = {}    -- {seq, id, ...}
+local refs = {}   -- workflow key -> jobs
 for j = 0, n - 1 do
   local b = 4 + j * F
   local id = ARGV[b + 1]
   seq = seq + 1
+  local def = bucketDef(ARGV[b + 3], ARGV[b + 2], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10])
+  local bid = bids[def]
+  if not bid then
+    bid = redis.sha1hex(def)
+    bids[def] = bid
+    redis.call('HSETNX', P .. 'bk', bid, def)
+    queued[bid] = {}
+  end
   local f = { 'id', id, 'st', 'queued', 'v', 1, 'pr', ARGV[b + 2], 'wf', ARGV[b + 3], 'mx', ARGV[b + 12],
-    'u', 0, 'eq', eqs, 'av', eqs, 'sq', seq }
+    'u', 0, 'eq', eqs, 'av', eqs, 'sq', seq, 'bk', bid }
   -- Empty fields are not written (readers default them): a smaller
   -- record is cheaper to read back on every lease.
   for o, name in pairs(optional) do
@@ -49,10 +64,27 @@ for j = 0, n - 1 do
   end
   redis.call('HSET', jk(id), unpack(f))
   if ARGV[b + 11] ~= '' then redis.call('HSET', P .. 'idem', ARGV[b + 11], id) end
-  if ARGV[b + 4] ~= '' then redis.call('HINCRBY', P .. 'wkref', ARGV[b + 4], 1) end
-  redis.call('ZADD', P .. 'all', seq, id)
-  makeQueued(id, nil)
+  local wk = ARGV[b + 4]
+  if wk ~= '' then refs[wk] = (refs[wk] or 0) + 1 end
+  local q = queued[bid]
+  q[#q + 1] = seq
+  q[#q + 1] = id
+  all[#all + 1] = seq
+  all[#all + 1] = id
   changed(id, 'queued', 1)
 end
+-- unpack takes a bounded number of values: write the sets in chunks.
+local function zadd(key, entries)
+  for i = 1, #entries, 2000 do
+    redis.call('ZADD', key, unpack(entries, i, math.min(i + 1999, #entries)))
+  end
+end
+for bid, q in pairs(queued) do
+  zadd(P .. 'q:' .. bid, q)
+  redis.call('SADD', P .. 'live', bid)
+end
+zadd(P .. 's:queued', all)
+zadd(P .. 'all', all)
+for wk, c in pairs(refs) do redis.call('HINCRBY', P .. 'wkref', wk, c) end
 publish()
 return { 'ok' }
