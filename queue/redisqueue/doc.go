@@ -44,12 +44,13 @@
 //     sequence. A bucket is a distinct combination of the properties a
 //     lease filters on (workflow, priority, required tags, needs,
 //     excluded backends), named by a digest of them; bk, a hash, holds
-//     each bucket's definition and live, a set, the buckets that hold
-//     queued jobs. A lease reads the definitions of the live buckets,
-//     keeps those the lessee may take from (workflows, tags, needs,
-//     exclusions, pauses) and compares their heads: queued jobs it may
-//     not run cost it nothing however many there are, and it never scans
-//     jobs. There are as many buckets as combinations, not jobs.
+//     each bucket's definition and live, a sorted set, the buckets that
+//     hold queued jobs by priority. A lease walks the live buckets from
+//     the highest priority down, keeps those the lessee may take from
+//     (workflows, tags, needs, exclusions, pauses), compares their heads
+//     and stops at the first priority that served it: queued jobs it may
+//     not run cost it nothing however many there are (only their buckets
+//     do), and it never scans jobs. A bucket that empties is forgotten.
 //   - lease, a sorted set of the leased jobs by lease expiry, and retry,
 //     of the retrying jobs by the end of their delay. Every script first
 //     applies what is due at their heads (up to 100 of each), and each
@@ -113,7 +114,12 @@
 // Cancel, Retry, Get) that the goroutines of one process make at the
 // same time share one script call, and two such groups may be in flight
 // at once, so that concurrent lessees share round trips and the fixed
-// cost of a script call. [Driver.EnqueueIDs] (queue.Queue.EnqueueBatch)
+// cost of a script call. Each operation of a group runs protected: one
+// that fails in its script (a record Redis trouble left malformed) fails
+// alone. A group, once sent, is not cut short by one caller's context: a
+// call whose context ends while its group runs still waits for it (at
+// most the client's read timeout, and 30 seconds), so that a lease the
+// script made is never lost to a caller that gave up. [Driver.EnqueueIDs] (queue.Queue.EnqueueBatch)
 // stores a batch in one script call, all or nothing. The README's Scale
 // table has the figures.
 //

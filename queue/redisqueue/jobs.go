@@ -31,8 +31,10 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 			return nil, err
 		}
 		d.arm(j)
-		if j.State.Terminal() {
-			d.signalSpace()
+		if op == "complete" || op == "fail" || op == "cancel" {
+			if j.State.Terminal() {
+				d.signalSpace() // a local waiter need not wait for the message
+			}
 		}
 		return j, nil
 	case "none":
@@ -47,6 +49,10 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 		return nil, fmt.Errorf("cannot cancel job %s: %w", id, queue.ErrAlreadyCancelled)
 	case "full":
 		return nil, &queue.FullError{Capacity: d.cfg.Capacity}
+	case "error":
+		// The op failed in its script (a malformed record); the other
+		// ops of its group went on.
+		return nil, fmt.Errorf("redisqueue: %s %s: %s", op, id, detail)
 	}
 	return nil, fmt.Errorf("redisqueue: %s: unexpected status %q", op, status)
 }
@@ -61,8 +67,10 @@ func (d *Driver) do(ctx context.Context, op, id string, args ...any) (*queue.Job
 }
 
 // Enqueue implements [queue.Driver].
+// The job is returned as the script stored it, in the same step (a
+// later read could show it already leased by another process).
 func (d *Driver) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job, error) {
-	ids, err := d.enqueue(ctx, []queue.EnqueueParams{*p})
+	_, rec, err := d.enqueue(ctx, []queue.EnqueueParams{*p}, true)
 	if err != nil {
 		var be *queue.BatchError
 		if errors.As(err, &be) {
@@ -70,37 +78,40 @@ func (d *Driver) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Jo
 		}
 		return nil, err
 	}
-	return d.Get(ctx, ids[0])
+	return decodeRow(rec)
 }
 
 // EnqueueIDs implements [queue.IDEnqueuer]: the batch is one script call,
 // all or nothing.
 func (d *Driver) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]string, error) {
-	return d.enqueue(ctx, ps)
+	ids, _, err := d.enqueue(ctx, ps, false)
+	return ids, err
 }
 
 // enqueueFields is the number of arguments of one job in enqueue.lua.
 const enqueueFields = 12
 
-func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams) ([]string, error) {
+// enqueue stores ps in one script call; with record set it also returns
+// the first job's record as stored.
+func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams, record bool) (ids []string, rec any, err error) {
 	if err := d.check(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ids := make([]string, len(ps))
-	args := make([]any, 0, 2+len(ps)*enqueueFields)
-	args = append(args, d.cfg.Capacity, len(ps))
+	ids = make([]string, len(ps))
+	args := make([]any, 0, 3+len(ps)*enqueueFields)
+	args = append(args, d.cfg.Capacity, len(ps), flag(record))
 	for i := range ps {
 		p := &ps[i]
 		id, err := uuid.NewV7()
 		if err != nil {
-			return nil, fmt.Errorf("redisqueue: enqueue: %w", err)
+			return nil, nil, fmt.Errorf("redisqueue: enqueue: %w", err)
 		}
 		ids[i] = id.String()
 		md := ""
 		if len(p.Metadata) > 0 {
 			b, err := json.Marshal(p.Metadata)
 			if err != nil {
-				return nil, fmt.Errorf("redisqueue: enqueue: metadata: %w", err)
+				return nil, nil, fmt.Errorf("redisqueue: enqueue: metadata: %w", err)
 			}
 			md = string(b)
 		}
@@ -109,19 +120,25 @@ func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams) ([]strin
 	}
 	raw, err := d.run(ctx, "enqueue", args...)
 	if err != nil {
-		return nil, wrapErr("enqueue", err)
+		return nil, nil, wrapErr("enqueue", err)
 	}
 	res, _ := raw.([]any)
 	if len(res) == 0 {
-		return nil, fmt.Errorf("redisqueue: enqueue: malformed reply %T", raw)
+		return nil, nil, fmt.Errorf("redisqueue: enqueue: malformed reply %T", raw)
 	}
 	status, _ := res[0].(string)
 	if status == "ok" {
 		d.signalReady() // a local lessee need not wait for the message
-		return ids, nil
+		if record {
+			if len(res) < 2 {
+				return nil, nil, fmt.Errorf("redisqueue: enqueue: malformed reply %v", res)
+			}
+			rec = res[1]
+		}
+		return ids, rec, nil
 	}
 	if len(res) < 2 {
-		return nil, fmt.Errorf("redisqueue: enqueue: malformed reply %v", res)
+		return nil, nil, fmt.Errorf("redisqueue: enqueue: malformed reply %v", res)
 	}
 	index, _ := res[1].(int64)
 	var why error
@@ -134,9 +151,9 @@ func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams) ([]strin
 	case "full":
 		why = &queue.FullError{Capacity: d.cfg.Capacity}
 	default:
-		return nil, fmt.Errorf("redisqueue: enqueue: unexpected status %q", status)
+		return nil, nil, fmt.Errorf("redisqueue: enqueue: unexpected status %q", status)
 	}
-	return nil, &queue.BatchError{Index: int(index), Err: why}
+	return nil, nil, &queue.BatchError{Index: int(index), Err: why}
 }
 
 // Lease implements [queue.Driver].

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -234,7 +235,9 @@ func (d *Driver) purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
 	}
 	before := ""
 	if !p.FinishedBefore.IsZero() {
-		before = strconv.FormatInt(p.FinishedBefore.UnixMicro(), 10)
+		// Rounded up: finish times are kept in µs (truncated), and a job
+		// that List shows as finished before the bound must be purged.
+		before = strconv.FormatInt(ceilMicro(p.FinishedBefore), 10)
 	}
 	total := 0
 	for offset := int64(0); ; {
@@ -258,4 +261,13 @@ func (d *Driver) purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// ceilMicro returns t in µs since the epoch, rounded up.
+func ceilMicro(t time.Time) int64 {
+	us := t.UnixMicro()
+	if time.UnixMicro(us).Before(t) {
+		us++
+	}
+	return us
 }

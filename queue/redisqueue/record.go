@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,7 @@ import (
 // (record in lua/lib.lua): values only, which costs both sides less than
 // HGETALL's names and values.
 var recordFields = [...]string{"id", "st", "v", "pr", "wf", "wk", "ov", "pl", "md", "rq", "nd", "xb", "ik",
-	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et"}
+	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et", "sq"}
 
 // decodeRow builds a Job from a record as the scripts return it.
 func decodeRow(raw any) (*queue.Job, error) {
@@ -154,6 +155,9 @@ func decodeSet(s string) ([]string, error) {
 	if len(out) == 0 {
 		return nil, nil
 	}
+	// Sorted here, by bytes: Lua's table.sort compares with the
+	// server's locale.
+	slices.Sort(out)
 	return out, nil
 }
 

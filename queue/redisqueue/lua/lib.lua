@@ -59,24 +59,35 @@ local function bucketDef(wf, pr, rq, nd, xb)
   return '[' .. cjson.encode(wf) .. ',' .. pr .. ',' .. rq .. ',' .. nd .. ',' .. xb .. ']'
 end
 
+-- The buckets that hold queued jobs are the sorted set live, by
+-- priority, highest first (score -priority), so that a lease looks at
+-- the buckets of lower priority only when no higher one serves it.
+
 -- makeQueued puts a job (whose fields st, v are already written) into its
 -- bucket and the queued index.
 local function makeQueued(id, from)
   local f = redis.call('HMGET', jk(id), 'wf', 'pr', 'rq', 'nd', 'xb', 'sq')
   local def = bucketDef(f[1], f[2], f[3] or '[]', f[4] or '[]', f[5] or '[]')
   local bid = redis.sha1hex(def)
-  redis.call('HSETNX', P .. 'bk', bid, def)
+  redis.call('HSET', P .. 'bk', bid, def)
   redis.call('HSET', jk(id), 'bk', bid)
   redis.call('ZADD', P .. 'q:' .. bid, f[6], id)
-  redis.call('SADD', P .. 'live', bid)
+  redis.call('ZADD', P .. 'live', -tonumber(f[2]), bid)
   move(id, f[6], from, 'queued')
+end
+
+-- dropBucket forgets an empty bucket: its definition is written again
+-- when a job enters it, so that buckets do not pile up.
+local function dropBucket(bid)
+  redis.call('ZREM', P .. 'live', bid)
+  redis.call('HDEL', P .. 'bk', bid)
 end
 
 local function unbucket(id)
   local bid = redis.call('HGET', jk(id), 'bk')
   if bid then
     redis.call('ZREM', P .. 'q:' .. bid, id)
-    if redis.call('ZCARD', P .. 'q:' .. bid) == 0 then redis.call('SREM', P .. 'live', bid) end
+    if redis.call('ZCARD', P .. 'q:' .. bid) == 0 then dropBucket(bid) end
   end
 end
 
@@ -151,7 +162,7 @@ local function expire(id, at)
   redis.call('HDEL', k, 'tk', 'le')
   local f = redis.call('HMGET', k, 'u', 'mx', 'sq')
   local v = bump(id)
-  if tonumber(f[1]) >= tonumber(f[2]) then
+  if (tonumber(f[1]) or 0) >= (tonumber(f[2]) or 1) then
     setError(id, leaseExpired)
     finish(id, f[3], 'leased', 'dead', at)
     changed(id, 'dead', v)
@@ -201,8 +212,12 @@ local function nextDue()
 end
 
 -- The job's record: its fields in the order of recordFields in
--- record.go (false for an absent one; all false when there is no job).
+-- record.go (false for an absent one; all false when there is no job),
+-- and R, their positions, so that a script that read a record can
+-- return it as it wrote it without reading it again.
 local function record(id)
   return redis.call('HMGET', jk(id), 'id', 'st', 'v', 'pr', 'wf', 'wk', 'ov', 'pl', 'md', 'rq', 'nd', 'xb', 'ik',
-    'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et')
+    'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et', 'sq')
 end
+local R = { id = 1, st = 2, v = 3, u = 15, at = 16, ao = 17, la = 20, le = 21, fi = 22, lb = 23, tk = 24, rs = 25,
+  sq = 30 }

@@ -74,14 +74,17 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   if wfs ~= '' then r.wfs = set(wfs) end
   if has ~= '' then r.has = set(has) end
   local best, bestBid, bestPr, bestPref, bestSeq
-  for _, bid in ipairs(redis.call('SMEMBERS', P .. 'live')) do
+  local live = redis.call('ZRANGE', P .. 'live', 0, -1, 'WITHSCORES')
+  for i = 1, #live, 2 do
+    local bid, pr = live[i], -tonumber(live[i + 1])
+    if best and pr < bestPr then break end -- lower priorities cannot win
     local d = def(bid)
     if d and eligible(d, r, ps) then
       local h = redis.call('ZRANGE', P .. 'q:' .. bid, 0, 0, 'WITHSCORES')
       if #h == 0 then
-        redis.call('SREM', P .. 'live', bid)
+        dropBucket(bid)
       else
-        local pr, pf, sq = d[2], r.pref[d[1]] == true, tonumber(h[2])
+        local pf, sq = r.pref[d[1]] == true, tonumber(h[2])
         if not best or pr > bestPr or (pr == bestPr and ((pf and not bestPref) or
               (pf == bestPref and sq < bestSeq))) then
           best, bestBid, bestPr, bestPref, bestSeq = h[1], bid, pr, pf, sq
@@ -92,8 +95,9 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   if not best then return { 'none' } end
   local k = jk(best)
   redis.call('ZREM', P .. 'q:' .. bestBid, best)
-  if redis.call('ZCARD', P .. 'q:' .. bestBid) == 0 then redis.call('SREM', P .. 'live', bestBid) end
-  local st = redis.call('HGET', k, 'st')
+  if redis.call('ZCARD', P .. 'q:' .. bestBid) == 0 then dropBucket(bestBid) end
+  local rec = record(best)
+  local st = rec[R.st]
   if st ~= 'queued' then
     -- An entry Redis trouble left (its job vanished, or is not queued):
     -- dropped, with the index entries of a vanished job; lease the next.
@@ -103,13 +107,16 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
     end
     return lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   end
+  -- One read and one write of the record (the hot path).
   local exp = NOW + tonumber(dur)
-  redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', fmt(NOW), 'le', fmt(exp), 'lb', backend)
-  local v = bump(best)
+  local v = tostring((tonumber(rec[R.v]) or 0) + 1)
+  local la, le = fmt(NOW), fmt(exp)
+  redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', la, 'le', le, 'lb', backend, 'v', v)
   redis.call('ZADD', P .. 'lease', exp, best)
   move(best, bestSeq, 'queued', 'leased')
   changed(best, 'leased', v)
-  return { 'ok', '', record(best) }
+  rec[R.st], rec[R.tk], rec[R.la], rec[R.le], rec[R.lb], rec[R.v] = 'leased', tok, la, le, backend, v
+  return { 'ok', '', rec }
 end
 
 -- holder checks that tok is the current lease of job id, applying the
@@ -119,7 +126,7 @@ local function holder(id, tok)
   local f = redis.call('HMGET', jk(id), 'st', 'tk', 'le')
   if not f[1] then return { 'notfound' } end
   if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
-  local le = tonumber(f[3])
+  local le = tonumber(f[3]) or NOW -- none (Redis trouble): void
   if le <= NOW then
     expire(id, le)
     return { 'lost', redis.call('HGET', jk(id), 'st') }
@@ -152,23 +159,26 @@ end
 
 local function complete(id, tok, result)
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'st', 'tk', 'le', 'at', 'lb', 'la', 'sq', 'u', 'v', 'ao')
-  if not f[1] then return { 'notfound' } end
-  if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
-  if tonumber(f[3]) <= NOW then
-    expire(id, tonumber(f[3]))
+  local rec = record(id)
+  if not rec[R.st] then return { 'notfound' } end
+  if rec[R.st] ~= 'leased' or rec[R.tk] ~= tok then return { 'lost', rec[R.st] } end
+  local le = tonumber(rec[R.le]) or NOW -- none (Redis trouble): void
+  if le <= NOW then
+    expire(id, le)
     return { 'lost', redis.call('HGET', k, 'st') }
   end
   -- One read and one write of the record (the hot path).
-  local at = closed(f[4], f[10], f[5], f[6], NOW, 'none', nil, true, true)
-  local v = tonumber(f[9]) + 1
+  local at = closed(rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], NOW, 'none', nil, true, true)
+  local v, u, fi = tostring((tonumber(rec[R.v]) or 0) + 1), tostring((tonumber(rec[R.u]) or 0) + 1), fmt(NOW)
   redis.call('ZREM', P .. 'lease', id)
   redis.call('HDEL', k, 'tk', 'le', 'ao')
-  redis.call('HSET', k, 'st', 'completed', 'fi', fmt(NOW), 'rs', result, 'at', at, 'u', tonumber(f[8]) + 1, 'v', v)
+  redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', at, 'u', u, 'v', v)
   redis.call('ZADD', P .. 'fin', NOW, id)
-  move(id, f[7], 'leased', 'completed')
+  move(id, rec[R.sq], 'leased', 'completed')
   changed(id, 'completed', v)
-  return { 'ok', '', record(id) }
+  rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v] = 'completed', fi, result, at, u, v
+  rec[R.tk], rec[R.le], rec[R.ao] = false, false, false
+  return { 'ok', '', rec }
 end
 
 local function setNeeds(id, needs)
@@ -197,7 +207,7 @@ local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
   local f = redis.call('HMGET', k, 'u', 'mx', 'sq')
   local v = bump(id)
   local ra = tonumber(retryAfter)
-  if noRetry == '1' or tonumber(f[1]) >= tonumber(f[2]) then
+  if noRetry == '1' or (tonumber(f[1]) or 0) >= (tonumber(f[2]) or 1) then
     setError(id, e)
     finish(id, f[3], 'leased', 'dead', NOW)
     changed(id, 'dead', v)
@@ -282,32 +292,31 @@ local function get(id)
   return { 'ok', '', r }
 end
 
+-- Each op runs protected: an error (a record Redis trouble left
+-- malformed) fails that op alone; the writes it made before the error
+-- stay, as Redis does not roll a script back, and the group goes on.
+local ops = {
+  get = { get, 1 }, lease = { lease, 8 }, extend = { extend, 3 }, begin = { begin, 4 },
+  complete = { complete, 3 }, fail = { fail, 10 }, requeue = { requeue, 7 }, cancel = { cancel, 5 },
+  retry = { retry, 2 },
+}
 local out = {}
 local i = 3
 while i <= #ARGV do
-  local op = ARGV[i]
-  local a = function(n) return ARGV[i + n] end
-  if op == 'get' then
-    out[#out + 1] = get(a(1)); i = i + 2
-  elseif op == 'lease' then
-    out[#out + 1] = lease(a(1), a(2), a(3), a(4), a(5), a(6), a(7), a(8)); i = i + 9
-  elseif op == 'extend' then
-    out[#out + 1] = extend(a(1), a(2), a(3)); i = i + 4
-  elseif op == 'begin' then
-    out[#out + 1] = begin(a(1), a(2), a(3), a(4)); i = i + 5
-  elseif op == 'complete' then
-    out[#out + 1] = complete(a(1), a(2), a(3)); i = i + 4
-  elseif op == 'fail' then
-    out[#out + 1] = fail(a(1), a(2), a(3), a(4), a(5), a(6), a(7), a(8), a(9), a(10)); i = i + 11
-  elseif op == 'requeue' then
-    out[#out + 1] = requeue(a(1), a(2), a(3), a(4), a(5), a(6), a(7)); i = i + 8
-  elseif op == 'cancel' then
-    out[#out + 1] = cancel(a(1), a(2), a(3), a(4), a(5)); i = i + 6
-  elseif op == 'retry' then
-    out[#out + 1] = retry(a(1), a(2)); i = i + 3
-  else
-    return redis.error_reply('redisqueue: unknown op ' .. tostring(op))
+  local op = ops[ARGV[i]]
+  if not op then
+    publish()
+    return redis.error_reply('redisqueue: unknown op ' .. tostring(ARGV[i]))
   end
+  local ok, res = pcall(op[1], unpack(ARGV, i + 1, i + op[2]))
+  if ok then
+    out[#out + 1] = res
+  else
+    local msg = res
+    if type(res) == 'table' then msg = res.err end
+    out[#out + 1] = { 'error', tostring(msg) }
+  end
+  i = i + 1 + op[2]
 end
 publish()
 return out
