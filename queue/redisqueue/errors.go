@@ -33,11 +33,24 @@ func wrapErr(op string, err error) error {
 
 // transient reports whether err is a failure of Redis that may pass.
 func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
+	if errors.Is(err, context.Canceled) {
+		return false // the caller gave up
 	}
 	if errors.Is(err, redis.ErrClosed) {
 		return false // the client was closed by its owner
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return true // every connection was busy
+	}
+	// A failed network operation, a timeout of the client's own (dial,
+	// read, write) included; a context deadline that is not one is the
+	// caller's (context.DeadlineExceeded is a net.Error too).
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {

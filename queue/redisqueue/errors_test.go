@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -11,6 +12,17 @@ import (
 
 	"github.com/comfypool/comfypool/queue"
 )
+
+// timeoutErr is a network timeout, as a dial that ran out of time
+// reports it.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+func (timeoutErr) Is(target error) bool {
+	return target == context.DeadlineExceeded // as the net package's timeouts do
+}
 
 // replyError is a reply of the server, as go-redis returns it.
 type replyError string
@@ -37,6 +49,9 @@ func TestWrapErrRetryable(t *testing.T) {
 		{replyError("ERR Error running script"), false},
 		{replyError("NOSCRIPT No matching script"), false},
 		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{redis.ErrPoolTimeout, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}, true},
 		{redis.ErrClosed, false},
 	} {
 		got := wrapErr("lease", c.err)
