@@ -99,8 +99,8 @@ func run(ctx context.Context, ex *sharedexample.Example, redisURL, prefix string
 	return ex.Run(ctx, q, leases, "-prefix", prefix)
 }
 
-// reportKeys says how many keys the run left under prefix, or deletes them
-// unless keep is set.
+// reportKeys deletes the keys under prefix and says how many there were;
+// with keep, it only counts them.
 func reportKeys(rdb *redis.Client, prefix string, keep bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
