@@ -45,7 +45,8 @@ var (
 	ErrBadExpression = errors.New("bad condition expression")
 
 	// ErrInvalid: a bad argument — a Config or RunOpts field New or
-	// Start rejects.
+	// Start rejects, or a record, lease or memo value a Store rejects
+	// (CheckExecutionRecord and the other Check functions).
 	ErrInvalid = errors.New("dag: invalid argument")
 	// ErrMissingInput: Executor.Start was not given a required input, or
 	// was given one of the wrong type or with no INPUT field of its name.

@@ -20,7 +20,10 @@ import (
 // LeaseStore to be shared by several processes.
 //
 // Values inside records (inputs, outputs) are opaque JSON encoded by the
-// Executor: a Store keeps them as given.
+// Executor: a Store keeps them as given. It rejects, before writing
+// anything, the arguments the contract's checks reject
+// (CheckExecutionRecord, CheckNodeRecord, CheckLease, CheckLeaseOwner,
+// CheckMemoValue), with their errors, which match ErrInvalid.
 type Store interface {
 	// CreateExecution records a new execution; ErrExists if its ID is taken.
 	CreateExecution(ctx context.Context, rec *ExecutionRecord) error

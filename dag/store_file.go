@@ -604,7 +604,7 @@ func (s *FileStore) SaveMemo(ctx context.Context, key string, value json.RawMess
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := storeCheckRaw("memo value", value); err != nil {
+	if err := CheckMemoValue(value); err != nil {
 		return err
 	}
 	data, err := json.Marshal(fsMemoFile{Key: key, Value: value})

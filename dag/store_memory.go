@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,19 +12,17 @@ import (
 	"time"
 )
 
-// errStoreEmptyID is returned by the stores for an execution record with no ID
-// or a node record with no node ID.
-var errStoreEmptyID = errors.New("dag: empty id")
-
 // MemoryStore is a Store that keeps everything in memory: checkpoints
 // last as long as the process, so Resume works only within it. It is the
 // Executor's default Store (Config.Store nil) and the reference for the
 // conformance suite in package storetest.
 //
 // It copies records on the way in and on the way out: a caller never
-// shares memory with what it stores. Like FileStore it rejects RawMessage
-// fields that are not valid JSON (a nil or empty one means none), an
-// empty execution or node ID, and calls whose ctx is already done.
+// shares memory with what it stores. Like FileStore it rejects what the
+// Store contract's checks reject (CheckExecutionRecord and the other
+// Check functions: RawMessage fields that are not valid JSON, a nil or
+// empty one meaning none, and empty execution or node IDs), and calls
+// whose ctx is already done.
 //
 // It is a LeaseStore, by the process's clock, so that Executors sharing
 // one run each execution in one place (an Executor's own default
@@ -149,7 +146,7 @@ func (s *MemoryStore) CreateExecutionLeased(ctx context.Context, rec *ExecutionR
 	if err := storeCheckExecution(ctx, rec); err != nil {
 		return err
 	}
-	if err := storeCheckLease(lease); err != nil {
+	if err := CheckLease(lease); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -170,7 +167,7 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, lease Lease) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := storeCheckLease(lease); err != nil {
+	if err := CheckLease(lease); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -206,8 +203,8 @@ func (s *MemoryStore) UpdateExecutionLeased(ctx context.Context, rec *ExecutionR
 	if err := storeCheckExecution(ctx, rec); err != nil {
 		return err
 	}
-	if owner == "" {
-		return errStoreNoOwner
+	if err := CheckLeaseOwner(owner); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,8 +222,8 @@ func (s *MemoryStore) UpdateExecutionLeased(ctx context.Context, rec *ExecutionR
 // SaveNodesLeased is SaveNodes while owner holds the execution's lease;
 // ErrLeaseLost (and nothing saved) otherwise.
 func (s *MemoryStore) SaveNodesLeased(ctx context.Context, id, owner string, recs []*NodeRecord) error {
-	if owner == "" {
-		return errStoreNoOwner
+	if err := CheckLeaseOwner(owner); err != nil {
+		return err
 	}
 	return s.saveNodes(ctx, id, owner, recs)
 }
@@ -315,7 +312,7 @@ func (s *MemoryStore) SaveMemo(ctx context.Context, key string, value json.RawMe
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := storeCheckRaw("memo value", value); err != nil {
+	if err := CheckMemoValue(value); err != nil {
 		return err
 	}
 	v := bytes.Clone(value)
@@ -330,73 +327,27 @@ func storeNotFound(id string) error {
 	return fmt.Errorf("%w: execution %q", ErrNotFound, id)
 }
 
-// errStoreNoOwner is returned for a lease without an owner.
-var errStoreNoOwner = errors.New("dag: lease without an owner")
-
 // storeLeaseLost is ErrLeaseLost for execution id and owner.
 func storeLeaseLost(id, owner string) error {
 	return fmt.Errorf("%w: execution %q is not leased by %q", ErrLeaseLost, id, owner)
 }
 
-// storeCheckLease rejects a lease without an owner or a positive TTL.
-func storeCheckLease(l Lease) error {
-	if l.Owner == "" {
-		return errStoreNoOwner
-	}
-	if l.TTL <= 0 {
-		return fmt.Errorf("dag: lease TTL %v is not positive", l.TTL)
-	}
-	return nil
-}
-
-// storeCheckExecution is the argument check both stores make before
-// writing an execution record.
+// storeCheckExecution is the argument check MemoryStore and FileStore
+// make before writing an execution record: ctx not done, then
+// CheckExecutionRecord.
 func storeCheckExecution(ctx context.Context, rec *ExecutionRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if rec == nil {
-		return errors.New("dag: nil execution record")
-	}
-	if rec.ID == "" {
-		return fmt.Errorf("%w: execution record without an id", errStoreEmptyID)
-	}
-	if err := storeCheckRaw("graph", rec.Graph); err != nil {
-		return fmt.Errorf("%w of execution %q", err, rec.ID)
-	}
-	if err := storeCheckRaw("inputs", rec.Inputs); err != nil {
-		return fmt.Errorf("%w of execution %q", err, rec.ID)
-	}
-	return nil
+	return CheckExecutionRecord(rec)
 }
 
-// storeCheckNode is the argument check both stores make before writing a
-// node record.
+// storeCheckNode is storeCheckExecution for a node record.
 func storeCheckNode(ctx context.Context, id string, rec *NodeRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if rec == nil {
-		return errors.New("dag: nil node record")
-	}
-	if id == "" {
-		return fmt.Errorf("%w: node record %q for an execution without an id", errStoreEmptyID, rec.Node)
-	}
-	if rec.Node == "" {
-		return fmt.Errorf("%w: node record without a node id in execution %q", errStoreEmptyID, id)
-	}
-	if err := storeCheckRaw("outputs", rec.Outputs); err != nil {
-		return fmt.Errorf("%w of node %q of execution %q", err, rec.Node, id)
-	}
-	return nil
-}
-
-// storeCheckRaw rejects a non-empty RawMessage that is not valid JSON.
-func storeCheckRaw(what string, raw json.RawMessage) error {
-	if len(raw) > 0 && !json.Valid(raw) {
-		return fmt.Errorf("dag: %s: not valid JSON", what)
-	}
-	return nil
+	return CheckNodeRecord(id, rec)
 }
 
 func storeCloneExecution(rec *ExecutionRecord) ExecutionRecord {

@@ -82,37 +82,6 @@ func sampleNode(name string) *dag.NodeRecord {
 	return &dag.NodeRecord{Node: name, State: dag.NodeCompleted, Runs: 1, Outputs: json.RawMessage(`{"x":"y"}`)}
 }
 
-func TestStoresRejectBadArguments(t *testing.T) {
-	t.Parallel()
-	bothStores(t, func(t *testing.T, s dag.Store) {
-		ctx := t.Context()
-		require.Error(t, s.CreateExecution(ctx, nil))
-		require.Error(t, s.CreateExecution(ctx, sampleExecution("")))
-		bad := sampleExecution("e")
-		bad.Graph = json.RawMessage(`{"nodes":`)
-		require.ErrorContains(t, s.CreateExecution(ctx, bad), "graph: not valid JSON")
-		bad = sampleExecution("e")
-		bad.Inputs = json.RawMessage(`nope`)
-		require.ErrorContains(t, s.CreateExecution(ctx, bad), "inputs: not valid JSON")
-		_, err := s.Load(ctx, "e")
-		require.ErrorIs(t, err, dag.ErrNotFound, "a rejected create stored nothing")
-
-		require.NoError(t, s.CreateExecution(ctx, sampleExecution("e")))
-		require.Error(t, s.UpdateExecution(ctx, nil))
-		require.Error(t, s.SaveNode(ctx, "e", nil))
-		require.Error(t, s.SaveNode(ctx, "e", sampleNode("")))
-		require.Error(t, s.SaveNode(ctx, "", sampleNode("a")))
-		n := sampleNode("a")
-		n.Outputs = json.RawMessage(`{`)
-		require.ErrorContains(t, s.SaveNode(ctx, "e", n), "outputs: not valid JSON")
-		require.ErrorContains(t, s.SaveMemo(ctx, "k", json.RawMessage(`[`)), "not valid JSON")
-
-		cp, err := s.Load(ctx, "e")
-		require.NoError(t, err)
-		assert.Empty(t, cp.Nodes)
-	})
-}
-
 func TestStoresCancelledContext(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, s dag.Store) {

@@ -16,9 +16,11 @@
 // records are created or replaced, Load returns copies, Delete removes
 // everything and tolerates missing executions, memo values are replaced,
 // concurrent saves are all kept, a [dag.BatchStore]'s SaveNodes saves as
-// SaveNode would, in order, and times and raw JSON survive a round
-// trip (times compared with time.Time.Equal, JSON semantically, so a
-// store may re-encode both).
+// SaveNode would, in order, times and raw JSON survive a round trip
+// (times compared with time.Time.Equal, JSON semantically, so a store may
+// re-encode both), and what the contract's checks reject
+// ([dag.CheckExecutionRecord] and the others) is rejected with an error
+// matching [dag.ErrInvalid], leaving nothing written.
 //
 // A [dag.LeaseStore] also runs [RunLeaseTests], giving the suite a fake
 // clock for its leases ([Clock]):

@@ -302,23 +302,18 @@ func testLeaseBadArguments(t *testing.T, f LeaseFixture) {
 	s, ctx := f.Store, t.Context()
 	create(t, s, execution("e1"))
 	for _, l := range []dag.Lease{{Owner: "", TTL: ttl}, {Owner: "a"}, {Owner: "a", TTL: -time.Second}} {
-		if err := s.AcquireLease(ctx, "e1", l); err == nil {
-			t.Errorf("AcquireLease(%+v) = nil, want an error", l)
-		}
-		if err := s.CreateExecutionLeased(ctx, execution("e2"), l); err == nil {
-			t.Errorf("CreateExecutionLeased(%+v) = nil, want an error", l)
-		}
+		wantErr(t, fmt.Sprintf("AcquireLease(%+v)", l), s.AcquireLease(ctx, "e1", l), dag.ErrInvalid)
+		wantErr(t, fmt.Sprintf("CreateExecutionLeased(%+v)", l), s.CreateExecutionLeased(ctx, execution("e2"), l), dag.ErrInvalid)
 	}
 	if _, err := s.Load(ctx, "e2"); !errors.Is(err, dag.ErrNotFound) {
 		t.Errorf("a refused CreateExecutionLeased left a record (Load: %v)", err)
 	}
-	if err := s.UpdateExecutionLeased(ctx, execution("e1"), ""); err == nil {
-		t.Error("UpdateExecutionLeased with no owner = nil, want an error")
-	}
-	if err := s.SaveNodesLeased(ctx, "e1", "", nil); err == nil {
-		t.Error("SaveNodesLeased with no owner = nil, want an error")
-	}
+	wantErr(t, "UpdateExecutionLeased with no owner", s.UpdateExecutionLeased(ctx, execution("e1"), ""), dag.ErrInvalid)
+	wantErr(t, "SaveNodesLeased with no owner", s.SaveNodesLeased(ctx, "e1", "", []*dag.NodeRecord{node("a", dag.NodeRunning)}), dag.ErrInvalid)
 	acquire(t, s, "e1", "a")
+	if n := load(t, s, "e1").Nodes; len(n) != 0 {
+		t.Errorf("a refused SaveNodesLeased left nodes %v", keys(n))
+	}
 }
 
 // Clock is a fake clock for a LeaseFixture: the store reads Now, the

@@ -35,6 +35,7 @@ func RunStoreTests(t *testing.T, newStore func(t *testing.T) dag.Store) {
 		{"TimesRoundTrip", testTimes},
 		{"RawJSONPreserved", testRawJSON},
 		{"DistinctIDs", testDistinctIDs},
+		{"BadArguments", testBadArguments},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +106,47 @@ func testSaveNodes(t *testing.T, s dag.BatchStore) {
 	checkNode(t, b2, cp.Nodes["b"])
 	checkNode(t, c2, cp.Nodes["c"])
 	checkNode(t, node("n39", dag.NodeRunning), cp.Nodes["n39"])
+}
+
+// testBadArguments checks that the store rejects what the contract's
+// checks reject (dag.CheckExecutionRecord and the others), with errors
+// matching dag.ErrInvalid, and writes nothing of it.
+func testBadArguments(t *testing.T, s dag.Store) {
+	ctx := t.Context()
+	noID := execution("")
+	badGraph, badInputs := execution("e1"), execution("e1")
+	badGraph.Graph = json.RawMessage(`{"nodes":`)
+	badInputs.Inputs = json.RawMessage(`nope`)
+	for what, rec := range map[string]*dag.ExecutionRecord{"nil": nil, "no id": noID, "bad graph": badGraph, "bad inputs": badInputs} {
+		wantErr(t, "CreateExecution of a record with "+what, s.CreateExecution(ctx, rec), dag.ErrInvalid)
+	}
+	if _, err := s.Load(ctx, "e1"); !errors.Is(err, dag.ErrNotFound) {
+		t.Fatalf("a refused CreateExecution left a record (Load: %v)", err)
+	}
+
+	create(t, s, execution("e1"))
+	wantErr(t, "UpdateExecution of nil", s.UpdateExecution(ctx, nil), dag.ErrInvalid)
+	wantErr(t, "UpdateExecution of a record with bad inputs", s.UpdateExecution(ctx, badInputs), dag.ErrInvalid)
+	badOutputs := node("a", dag.NodeCompleted)
+	badOutputs.Outputs = json.RawMessage(`{`)
+	for what, n := range map[string]*dag.NodeRecord{"nil": nil, "no node id": node("", dag.NodeRunning), "bad outputs": badOutputs} {
+		wantErr(t, "SaveNode of a record with "+what, s.SaveNode(ctx, "e1", n), dag.ErrInvalid)
+		if bs, ok := s.(dag.BatchStore); ok {
+			wantErr(t, "SaveNodes of a good record and one with "+what,
+				bs.SaveNodes(ctx, "e1", []*dag.NodeRecord{node("b", dag.NodeRunning), n}), dag.ErrInvalid)
+		}
+	}
+	wantErr(t, "SaveNode to an execution without an id", s.SaveNode(ctx, "", node("a", dag.NodeRunning)), dag.ErrInvalid)
+	wantErr(t, "SaveMemo of a value that is not JSON", s.SaveMemo(ctx, "k", json.RawMessage(`[`)), dag.ErrInvalid)
+
+	cp := load(t, s, "e1")
+	checkExecution(t, execution("e1"), cp.Execution)
+	if len(cp.Nodes) != 0 {
+		t.Errorf("refused node records left nodes %v", keys(cp.Nodes))
+	}
+	if _, ok, err := s.Memo(ctx, "k"); err != nil || ok {
+		t.Errorf("a refused SaveMemo left a value (Memo: %v, %v)", ok, err)
+	}
 }
 
 // created and updated are the times of the sample records; created has a
