@@ -117,15 +117,15 @@ func (s *DAGStore) CreateExecution(ctx context.Context, rec *dag.ExecutionRecord
 // CreateExecutionLeased records rec with its lease held by lease.Owner
 // for lease.TTL; dag.ErrExists if rec.ID is taken.
 func (s *DAGStore) CreateExecutionLeased(ctx context.Context, rec *dag.ExecutionRecord, lease dag.Lease) error {
-	if err := dagCheckLease(lease); err != nil {
-		return err
+	if err := dag.CheckLease(lease); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	return s.create(ctx, rec, &lease)
 }
 
 func (s *DAGStore) create(ctx context.Context, rec *dag.ExecutionRecord, lease *dag.Lease) error {
-	if err := dagCheckExecution(rec); err != nil {
-		return err
+	if err := dag.CheckExecutionRecord(rec); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	args := append([]any{rec.ID}, dagExecArgs(rec)...)
 	var owner, ttl any
@@ -156,15 +156,15 @@ func (s *DAGStore) UpdateExecution(ctx context.Context, rec *dag.ExecutionRecord
 // UpdateExecutionLeased is UpdateExecution while owner holds the
 // execution's lease; dag.ErrLeaseLost otherwise.
 func (s *DAGStore) UpdateExecutionLeased(ctx context.Context, rec *dag.ExecutionRecord, owner string) error {
-	if owner == "" {
-		return errDAGNoOwner
+	if err := dag.CheckLeaseOwner(owner); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	return s.update(ctx, rec, owner)
 }
 
 func (s *DAGStore) update(ctx context.Context, rec *dag.ExecutionRecord, owner any) error {
-	if err := dagCheckExecution(rec); err != nil {
-		return err
+	if err := dag.CheckExecutionRecord(rec); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	args := append([]any{rec.ID}, dagExecArgs(rec)...)
 	args = append(args, owner)
@@ -214,39 +214,18 @@ func (s *DAGStore) SaveNodes(ctx context.Context, id string, recs []*dag.NodeRec
 // SaveNodesLeased is SaveNodes while owner holds the execution's lease;
 // dag.ErrLeaseLost, and nothing saved, otherwise.
 func (s *DAGStore) SaveNodesLeased(ctx context.Context, id, owner string, recs []*dag.NodeRecord) error {
-	if owner == "" {
-		return errDAGNoOwner
+	if err := dag.CheckLeaseOwner(owner); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	return s.saveNodes(ctx, id, owner, recs)
 }
 
 func (s *DAGStore) saveNodes(ctx context.Context, id string, owner any, recs []*dag.NodeRecord) error {
-	if id == "" {
-		return errDAGEmptyID
-	}
-	// The latest record of each node, in first-given order: one
-	// INSERT … ON CONFLICT cannot touch a row twice.
-	last := make(map[string]int, len(recs))
-	var batch []*dag.NodeRecord
-	for _, rec := range recs {
-		if rec == nil {
-			return errors.New("pgqueue: nil node record")
-		}
-		if rec.Node == "" {
-			return fmt.Errorf("%w: node record without a node id in execution %q", errDAGEmptyID, id)
-		}
-		if len(rec.Outputs) > 0 && !json.Valid(rec.Outputs) {
-			return fmt.Errorf("pgqueue: outputs of node %q of execution %q: not valid JSON", rec.Node, id)
-		}
-		if k, ok := last[rec.Node]; ok {
-			batch[k] = rec
-			continue
-		}
-		last[rec.Node] = len(batch)
-		batch = append(batch, rec)
-	}
-	if batch == nil {
-		batch = []*dag.NodeRecord{}
+	// The latest record of each node: one INSERT … ON CONFLICT cannot
+	// touch a row twice.
+	batch, err := dag.LatestNodeRecords(id, recs)
+	if err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	raw, err := json.Marshal(batch)
 	if err != nil {
@@ -341,8 +320,8 @@ func (s *DAGStore) Memo(ctx context.Context, key string) (json.RawMessage, bool,
 
 // SaveMemo saves value under key, replacing any earlier value.
 func (s *DAGStore) SaveMemo(ctx context.Context, key string, value json.RawMessage) error {
-	if len(value) > 0 && !json.Valid(value) {
-		return errors.New("pgqueue: memo value: not valid JSON")
+	if err := dag.CheckMemoValue(value); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	if _, err := s.db.Exec(ctx, `INSERT INTO `+s.memo+` (key, value) VALUES ($1, $2::json)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, saved_at = now()`, key, dagRawArg(value)); err != nil {
@@ -356,8 +335,8 @@ func (s *DAGStore) SaveMemo(ctx context.Context, key string, value json.RawMessa
 // extends one lease.Owner holds. dag.ErrLeased when another owner holds
 // it unexpired; dag.ErrNotFound when there is no execution.
 func (s *DAGStore) AcquireLease(ctx context.Context, id string, lease dag.Lease) error {
-	if err := dagCheckLease(lease); err != nil {
-		return err
+	if err := dag.CheckLease(lease); err != nil {
+		return fmt.Errorf("pgqueue: %w", err)
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.execs+`
 		SET lease_owner = $2, lease_expires_at = `+dagNowSQL(4)+` + $3::bigint * interval '1 microsecond'
@@ -417,37 +396,8 @@ func (s *DAGStore) Abandoned(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-var (
-	errDAGEmptyID = errors.New("pgqueue: empty id")
-	errDAGNoOwner = errors.New("pgqueue: lease without an owner")
-)
-
 func dagNotFound(id string) error { return fmt.Errorf("%w: execution %q", dag.ErrNotFound, id) }
 
 func dagLeaseLost(id, owner string) error {
 	return fmt.Errorf("%w: execution %q is not leased by %q", dag.ErrLeaseLost, id, owner)
-}
-
-func dagCheckLease(l dag.Lease) error {
-	if l.Owner == "" {
-		return errDAGNoOwner
-	}
-	if l.TTL <= 0 {
-		return fmt.Errorf("pgqueue: lease TTL %v is not positive", l.TTL)
-	}
-	return nil
-}
-
-func dagCheckExecution(rec *dag.ExecutionRecord) error {
-	switch {
-	case rec == nil:
-		return errors.New("pgqueue: nil execution record")
-	case rec.ID == "":
-		return fmt.Errorf("%w: execution record without an id", errDAGEmptyID)
-	case len(rec.Graph) > 0 && !json.Valid(rec.Graph):
-		return fmt.Errorf("pgqueue: graph of execution %q: not valid JSON", rec.ID)
-	case len(rec.Inputs) > 0 && !json.Valid(rec.Inputs):
-		return fmt.Errorf("pgqueue: inputs of execution %q: not valid JSON", rec.ID)
-	}
-	return nil
 }

@@ -284,15 +284,15 @@ func (s *DAGStore) CreateExecution(ctx context.Context, rec *dag.ExecutionRecord
 // CreateExecutionLeased records rec with its lease held by lease.Owner
 // for lease.TTL; dag.ErrExists if rec.ID is taken.
 func (s *DAGStore) CreateExecutionLeased(ctx context.Context, rec *dag.ExecutionRecord, lease dag.Lease) error {
-	if err := dagCheckLease(lease); err != nil {
-		return err
+	if err := dag.CheckLease(lease); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	return s.create(ctx, rec, &lease)
 }
 
 func (s *DAGStore) create(ctx context.Context, rec *dag.ExecutionRecord, lease *dag.Lease) error {
-	if err := dagCheckExecution(rec); err != nil {
-		return err
+	if err := dag.CheckExecutionRecord(rec); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	args, err := dagExecArgs(rec)
 	if err != nil {
@@ -325,15 +325,15 @@ func (s *DAGStore) UpdateExecution(ctx context.Context, rec *dag.ExecutionRecord
 // execution's lease, checked in the same script; dag.ErrLeaseLost
 // otherwise.
 func (s *DAGStore) UpdateExecutionLeased(ctx context.Context, rec *dag.ExecutionRecord, owner string) error {
-	if owner == "" {
-		return errDAGNoOwner
+	if err := dag.CheckLeaseOwner(owner); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	return s.update(ctx, rec, owner)
 }
 
 func (s *DAGStore) update(ctx context.Context, rec *dag.ExecutionRecord, owner string) error {
-	if err := dagCheckExecution(rec); err != nil {
-		return err
+	if err := dag.CheckExecutionRecord(rec); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	args, err := dagExecArgs(rec)
 	if err != nil {
@@ -376,44 +376,30 @@ func (s *DAGStore) SaveNodes(ctx context.Context, id string, recs []*dag.NodeRec
 // checked in the same script; dag.ErrLeaseLost, and nothing saved,
 // otherwise.
 func (s *DAGStore) SaveNodesLeased(ctx context.Context, id, owner string, recs []*dag.NodeRecord) error {
-	if owner == "" {
-		return errDAGNoOwner
+	if err := dag.CheckLeaseOwner(owner); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	return s.saveNodes(ctx, id, owner, recs)
 }
 
 func (s *DAGStore) saveNodes(ctx context.Context, id, owner string, recs []*dag.NodeRecord) error {
-	if id == "" {
-		return errDAGEmptyID
+	// The latest record of each node: one HSET per node.
+	batch, err := dag.LatestNodeRecords(id, recs)
+	if err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
-	// The latest record of each node, in first-given order.
-	last := make(map[string]int, len(recs))
-	args := make([]any, 1, 1+2*len(recs))
+	args := make([]any, 1, 1+2*len(batch))
 	args[0] = owner
-	for _, rec := range recs {
-		if rec == nil {
-			return errors.New("redisqueue: dag: nil node record")
-		}
-		if rec.Node == "" {
-			return fmt.Errorf("%w: node record without a node id in execution %q", errDAGEmptyID, id)
-		}
-		if len(rec.Outputs) > 0 && !json.Valid(rec.Outputs) {
-			return fmt.Errorf("redisqueue: dag: outputs of node %q of execution %q: not valid JSON", rec.Node, id)
-		}
+	for _, rec := range batch {
 		raw, err := json.Marshal(rec)
 		if err != nil {
 			return fmt.Errorf("redisqueue: dag: encode node %q of execution %q: %w", rec.Node, id, err)
 		}
-		if k, ok := last[rec.Node]; ok {
-			args[k+1] = string(raw)
-			continue
-		}
-		last[rec.Node] = len(args)
 		args = append(args, rec.Node, string(raw))
 	}
 	n, err := dagSaveNodesScript.Run(ctx, s.c, []string{s.execKey(id), s.nodesKey(id)}, args...).Int()
 	if err != nil {
-		return wrapErr(fmt.Sprintf("dag: save %d node records of execution %q", len(last), id), err)
+		return wrapErr(fmt.Sprintf("dag: save %d node records of execution %q", len(batch), id), err)
 	}
 	return dagWritten(n, id, owner)
 }
@@ -488,8 +474,8 @@ func (s *DAGStore) Memo(ctx context.Context, key string) (json.RawMessage, bool,
 
 // SaveMemo saves value under key, replacing any earlier value.
 func (s *DAGStore) SaveMemo(ctx context.Context, key string, value json.RawMessage) error {
-	if len(value) > 0 && !json.Valid(value) {
-		return errors.New("redisqueue: dag: memo value: not valid JSON")
+	if err := dag.CheckMemoValue(value); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	return wrapErr("dag: save memo", s.c.Set(ctx, s.memoKey(key), []byte(value), 0).Err())
 }
@@ -499,8 +485,8 @@ func (s *DAGStore) SaveMemo(ctx context.Context, key string, value json.RawMessa
 // extends one lease.Owner holds. dag.ErrLeased when another owner holds
 // it unexpired; dag.ErrNotFound when there is no execution.
 func (s *DAGStore) AcquireLease(ctx context.Context, id string, lease dag.Lease) error {
-	if err := dagCheckLease(lease); err != nil {
-		return err
+	if err := dag.CheckLease(lease); err != nil {
+		return fmt.Errorf("redisqueue: %w", err)
 	}
 	res, err := dagAcquireScript.Run(ctx, s.c, []string{s.execKey(id), s.runningKey()},
 		lease.Owner, lease.TTL.Microseconds(), s.clock()).Slice()
@@ -551,37 +537,8 @@ func (s *DAGStore) Abandoned(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-var (
-	errDAGEmptyID = errors.New("redisqueue: dag: empty id")
-	errDAGNoOwner = errors.New("redisqueue: dag: lease without an owner")
-)
-
 func dagNotFound(id string) error { return fmt.Errorf("%w: execution %q", dag.ErrNotFound, id) }
 
 func dagLeaseLost(id, owner string) error {
 	return fmt.Errorf("%w: execution %q is not leased by %q", dag.ErrLeaseLost, id, owner)
-}
-
-func dagCheckLease(l dag.Lease) error {
-	if l.Owner == "" {
-		return errDAGNoOwner
-	}
-	if l.TTL <= 0 {
-		return fmt.Errorf("redisqueue: dag: lease TTL %v is not positive", l.TTL)
-	}
-	return nil
-}
-
-func dagCheckExecution(rec *dag.ExecutionRecord) error {
-	switch {
-	case rec == nil:
-		return errors.New("redisqueue: dag: nil execution record")
-	case rec.ID == "":
-		return fmt.Errorf("%w: execution record without an id", errDAGEmptyID)
-	case len(rec.Graph) > 0 && !json.Valid(rec.Graph):
-		return fmt.Errorf("redisqueue: dag: graph of execution %q: not valid JSON", rec.ID)
-	case len(rec.Inputs) > 0 && !json.Valid(rec.Inputs):
-		return fmt.Errorf("redisqueue: dag: inputs of execution %q: not valid JSON", rec.ID)
-	}
-	return nil
 }
