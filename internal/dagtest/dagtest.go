@@ -1,15 +1,16 @@
-// Package dagtest holds the executor-level tests of a dag.LeaseStore
-// shared by several processes, for the database-backed stores in the
-// adapter modules (queue/redisqueue; queue/pgqueue has its own copy,
-// which came first): the stores' own suite, dag/storetest, checks each
-// call, these check what the Executors of several processes do with them.
+// Package dagtest holds the tests of a dag.LeaseStore on a backing that
+// several processes share (a database schema, a Redis key prefix), for
+// the stores of the adapter modules (queue/pgqueue, queue/redisqueue).
+// The stores' own suite, dag/storetest, checks each call against a fake
+// clock; these check what needs the real backing: that leases expire by
+// its clock, and what the Executors of several processes do with them.
 //
 // An adapter wires them up in one test:
 //
-//	func TestDAGStoreExecutors(t *testing.T) {
-//		dagtest.RunExecutorTests(t, func(t *testing.T) dagtest.Fixture {
+//	func TestDAGStoreShared(t *testing.T) {
+//		dagtest.RunSharedStoreTests(t, func(t *testing.T) dagtest.Fixture {
 //			backing := newBacking(t) // a fresh schema, key prefix...
-//			return dagtest.Fixture{NewStore: ..., LeaseOwner: ...}
+//			return dagtest.Fixture{NewStore: ..., LeaseOwner: ..., Now: ...}
 //		})
 //	}
 package dagtest
@@ -22,6 +23,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,25 +44,28 @@ type Fixture struct {
 	// LeaseOwner returns the holder of execution id's lease as the
 	// backing has it, "" when the lease is free. Required.
 	LeaseOwner func(t *testing.T, id string) string
+	// Now returns the backing's clock's time (Redis TIME, PostgreSQL
+	// now()). Required.
+	Now func(t *testing.T) time.Time
 }
 
-// RunExecutorTests runs the executor-level tests against the backings
-// newFixture returns, a new, empty one per subtest (they run in
-// parallel).
-func RunExecutorTests(t *testing.T, newFixture func(t *testing.T) Fixture) {
+// RunSharedStoreTests runs the tests against the backings newFixture
+// returns, a new, empty one per subtest (they run in parallel).
+func RunSharedStoreTests(t *testing.T, newFixture func(t *testing.T) Fixture) {
 	t.Helper()
 	for _, tt := range []struct {
 		name string
 		fn   func(t *testing.T, f Fixture)
 	}{
+		{"LeasesExpireByTheBackingsClock", testBackingClock},
 		{"RaceForAnAbandonedExecution", testRaceForAbandoned},
 		{"Handover", testHandover},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
-			if f.NewStore == nil || f.LeaseOwner == nil {
-				t.Fatal("dagtest: Fixture needs NewStore and LeaseOwner")
+			if f.NewStore == nil || f.LeaseOwner == nil || f.Now == nil {
+				t.Fatal("dagtest: Fixture needs NewStore, LeaseOwner and Now")
 			}
 			tt.fn(t, f)
 		})
@@ -224,6 +229,60 @@ func WaitNodes(t *testing.T, s dag.Store, id string, ok func(map[string]*dag.Nod
 			t.Fatalf("node records never got there: %v", cp.Nodes)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the external store, bounded
+	}
+}
+
+// Without a test clock, the leases expire by the backing's clock: a lease
+// for an hour is held (ErrLeased says until when: an hour after the
+// backing's now), one for a microsecond is soon abandoned and taken.
+func testBackingClock(t *testing.T, f Fixture) {
+	s := f.NewStore(t, nil)
+	ctx := t.Context()
+	rec := &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Created: time.Now(), Updated: time.Now()}
+	if err := s.CreateExecutionLeased(ctx, rec, dag.Lease{Owner: "a", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour})
+	if !errors.Is(err, dag.ErrLeased) {
+		t.Fatalf("AcquireLease of a lease held for an hour: %v, want ErrLeased", err)
+	}
+	// The error says until when, by the backing's clock: an hour after
+	// the lease was created, just before the now below.
+	now := f.Now(t)
+	_, after, _ := strings.Cut(err.Error(), " until ")
+	until, perr := time.Parse(time.RFC3339Nano, after)
+	if perr != nil || until.After(now.Add(time.Hour)) || until.Before(now.Add(time.Hour-time.Minute)) {
+		t.Errorf("ErrLeased says %q, want an expiry an hour after the backing's %v", err, now)
+	}
+	if ids, err := s.Abandoned(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Abandoned = %q, %v; want none (a holds it for an hour)", ids, err)
+	}
+	// A lease whose TTL passed by the backing's clock: a microsecond,
+	// polled for (bounded) rather than slept for.
+	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "a", TTL: time.Microsecond}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ids, err := s.Abandoned(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(ids, []string{"e"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Abandoned = %q after the lease's microsecond, want [e]", ids)
+		}
+	}
+	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour}); err != nil {
+		t.Fatalf("AcquireLease of an expired lease: %v", err)
+	}
+	if owner := f.LeaseOwner(t, "e"); owner != "b" {
+		t.Errorf("lease held by %q, want b", owner)
+	}
+	if ids, err := s.Abandoned(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Abandoned = %q, %v; want none (b holds it for an hour)", ids, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package pgqueue_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,12 +9,13 @@ import (
 
 	"github.com/comfypool/comfypool/dag"
 	"github.com/comfypool/comfypool/dag/storetest"
+	"github.com/comfypool/comfypool/internal/dagtest"
 	"github.com/comfypool/comfypool/queue/pgqueue"
 	"github.com/comfypool/comfypool/queue/pgqueue/internal/pgtest"
 )
 
 // dagSchema returns a new schema on db with the tables migrated.
-func dagSchema(t *testing.T, db *pgxpool.Pool) string {
+func dagSchema(t testing.TB, db *pgxpool.Pool) string {
 	t.Helper()
 	schema := pgtest.Schema(t, db)
 	if err := pgqueue.Migrate(t.Context(), db, schema); err != nil {
@@ -24,10 +24,10 @@ func dagSchema(t *testing.T, db *pgxpool.Pool) string {
 	return schema
 }
 
-// newDAGStore returns a DAGStore on a new schema of db.
-func newDAGStore(t *testing.T, db *pgxpool.Pool, now func() time.Time) *pgqueue.DAGStore {
+// newDAGStore returns a DAGStore on schema of db.
+func newDAGStore(t testing.TB, db *pgxpool.Pool, schema string, now func() time.Time) *pgqueue.DAGStore {
 	t.Helper()
-	s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: dagSchema(t, db), Test: pgqueue.DAGStoreTestConfig{Now: now}})
+	s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema, Test: pgqueue.DAGStoreTestConfig{Now: now}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func newDAGStore(t *testing.T, db *pgxpool.Pool, now func() time.Time) *pgqueue.
 func TestDAGStoreConformance(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Pool(t, 6)
-	storetest.RunStoreTests(t, func(t *testing.T) dag.Store { return newDAGStore(t, db, nil) })
+	storetest.RunStoreTests(t, func(t *testing.T) dag.Store { return newDAGStore(t, db, dagSchema(t, db), nil) })
 }
 
 func TestDAGStoreLeases(t *testing.T) {
@@ -45,42 +45,42 @@ func TestDAGStoreLeases(t *testing.T) {
 	db := pgtest.Pool(t, 6)
 	storetest.RunLeaseTests(t, func(t *testing.T) storetest.LeaseFixture {
 		clock := storetest.NewClock(time.Date(2026, 11, 24, 1, 2, 3, 4000, time.UTC))
-		return storetest.LeaseFixture{Store: newDAGStore(t, db, clock.Now), Advance: clock.Advance}
+		return storetest.LeaseFixture{Store: newDAGStore(t, db, dagSchema(t, db), clock.Now), Advance: clock.Advance}
 	})
 }
 
-// The leases expire by the database's clock when no test clock is set.
-func TestDAGStoreLeaseUsesTheDatabaseClock(t *testing.T) {
+// Stores in several processes share one schema: their leases expire by
+// the database's clock, one Executor takes over what a stalled process
+// left, only the unfinished nodes run again, and a hand-over frees the
+// lease at once.
+func TestDAGStoreShared(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Pool(t, 2)
-	s := newDAGStore(t, db, nil)
-	ctx := t.Context()
-	rec := &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Created: time.Now(), Updated: time.Now()}
-	if err := s.CreateExecutionLeased(ctx, rec, dag.Lease{Owner: "a", TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour}); !errors.Is(err, dag.ErrLeased) {
-		t.Fatalf("AcquireLease of a lease held for an hour: %v, want ErrLeased", err)
-	}
-	// A lease whose TTL passed by the database's clock: a microsecond,
-	// polled for (bounded) rather than slept for.
-	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "a", TTL: time.Microsecond}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour})
-		if err == nil {
-			break
+	setup := pgtest.Pool(t, 2)
+	dagtest.RunSharedStoreTests(t, func(t *testing.T) dagtest.Fixture {
+		schema := dagSchema(t, setup)
+		return dagtest.Fixture{
+			NewStore: func(t *testing.T, now func() time.Time) dag.LeaseStore {
+				return newDAGStore(t, pgtest.Pool(t, 2), schema, now) // a process's own connections
+			},
+			LeaseOwner: func(t *testing.T, id string) string {
+				var owner *string
+				if err := setup.QueryRow(t.Context(), "SELECT lease_owner FROM "+schema+".dag_executions WHERE id = $1", id).Scan(&owner); err != nil {
+					t.Fatal(err)
+				}
+				if owner == nil {
+					return ""
+				}
+				return *owner
+			},
+			Now: func(t *testing.T) time.Time {
+				var now time.Time
+				if err := setup.QueryRow(t.Context(), "SELECT now()").Scan(&now); err != nil {
+					t.Fatal(err)
+				}
+				return now
+			},
 		}
-		if !errors.Is(err, dag.ErrLeased) || time.Now().After(deadline) {
-			t.Fatalf("AcquireLease of an expired lease: %v", err)
-		}
-	}
-	ids, err := s.Abandoned(ctx)
-	if err != nil || len(ids) != 0 {
-		t.Fatalf("Abandoned = %q, %v; want none (b holds it for an hour)", ids, err)
-	}
+	})
 }
 
 func TestNewDAGStoreNeedsAPool(t *testing.T) {
@@ -96,14 +96,7 @@ func BenchmarkDAGStoreSaveNodes(b *testing.B) {
 	for _, n := range []int{1, 16} {
 		b.Run(fmt.Sprint("records=", n), func(b *testing.B) {
 			db := pgtest.Pool(b, 2)
-			schema := pgtest.Schema(b, db)
-			if err := pgqueue.Migrate(b.Context(), db, schema); err != nil {
-				b.Fatal(err)
-			}
-			s, err := pgqueue.NewDAGStore(db, &pgqueue.DAGStoreConfig{Schema: schema})
-			if err != nil {
-				b.Fatal(err)
-			}
+			s := newDAGStore(b, db, dagSchema(b, db), nil)
 			rec := &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Graph: []byte(`{}`), Created: time.Now(), Updated: time.Now()}
 			if err := s.CreateExecutionLeased(b.Context(), rec, dag.Lease{Owner: "me", TTL: time.Hour}); err != nil {
 				b.Fatal(err)

@@ -98,13 +98,14 @@ func TestDAGStoreScriptsRunTwice(t *testing.T) {
 	})
 }
 
-// Executors in several processes share one prefix: one takes over what
-// a stalled process left, only the unfinished nodes run again, and a
-// hand-over frees the lease at once (the tests pgqueue has, on Redis).
-func TestDAGStoreExecutors(t *testing.T) {
+// Stores in several processes share one prefix: their leases expire by
+// the server's clock, one Executor takes over what a stalled process
+// left, only the unfinished nodes run again, and a hand-over frees the
+// lease at once.
+func TestDAGStoreShared(t *testing.T) {
 	t.Parallel()
 	setup := redistest.Client(t, 2)
-	dagtest.RunExecutorTests(t, func(t *testing.T) dagtest.Fixture {
+	dagtest.RunSharedStoreTests(t, func(t *testing.T) dagtest.Fixture {
 		prefix := redistest.Prefix(t, setup)
 		admin := newDAGStore(t, setup, prefix, nil)
 		return dagtest.Fixture{
@@ -121,62 +122,15 @@ func TestDAGStoreExecutors(t *testing.T) {
 				}
 				return owner
 			},
+			Now: func(t *testing.T) time.Time {
+				now, err := setup.Time(t.Context()).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return now
+			},
 		}
 	})
-}
-
-// The leases expire by the server's clock when no test clock is set.
-func TestDAGStoreLeaseUsesTheServerClock(t *testing.T) {
-	t.Parallel()
-	c := redistest.Client(t, 2)
-	s := newDAGStore(t, c, redistest.Prefix(t, c), nil)
-	ctx := t.Context()
-	rec := &dag.ExecutionRecord{ID: "e", Status: dag.StatusRunning, Created: time.Now(), Updated: time.Now()}
-	if err := s.CreateExecutionLeased(ctx, rec, dag.Lease{Owner: "a", TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour})
-	if !errors.Is(err, dag.ErrLeased) {
-		t.Fatalf("AcquireLease of a lease held for an hour: %v, want ErrLeased", err)
-	}
-	// The error says until when, by the server's clock: an hour after
-	// the script ran, just before the TIME below.
-	srv, terr := c.Time(ctx).Result()
-	if terr != nil {
-		t.Fatal(terr)
-	}
-	_, after, _ := strings.Cut(err.Error(), " until ")
-	until, perr := time.Parse(time.RFC3339Nano, after)
-	if perr != nil || until.After(srv.Add(time.Hour)) || until.Before(srv.Add(time.Hour-time.Minute)) {
-		t.Errorf("ErrLeased says %q, want an expiry an hour after the server's %v", err, srv)
-	}
-	if ids, err := s.Abandoned(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("Abandoned = %q, %v; want none (a holds it for an hour)", ids, err)
-	}
-	// A lease whose TTL passed by the server's clock: a microsecond,
-	// polled for (bounded) rather than slept for.
-	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "a", TTL: time.Microsecond}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ids, err := s.Abandoned(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.Equal(ids, []string{"e"}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Abandoned = %q after the lease's microsecond, want [e]", ids)
-		}
-	}
-	if err := s.AcquireLease(ctx, "e", dag.Lease{Owner: "b", TTL: time.Hour}); err != nil {
-		t.Fatalf("AcquireLease of an expired lease: %v", err)
-	}
-	if ids, err := s.Abandoned(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("Abandoned = %q, %v; want none (b holds it for an hour)", ids, err)
-	}
 }
 
 // Every key is under "{prefix}:dag:", Abandoned reads one sorted set of
