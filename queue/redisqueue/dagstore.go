@@ -74,8 +74,8 @@ var _ dag.LeaseStore = (*DAGStore)(nil)
 // DAGStoreConfig configures a DAGStore. The zero value is valid.
 type DAGStoreConfig struct {
 	// Prefix names the queue whose keys the store shares: its keys are
-	// under "{Prefix}:dag:". Defaults to "comfypool". It cannot contain
-	// '{' or '}'.
+	// under "{Prefix}:dag:". Defaults to DefaultPrefix ("comfypool"). It
+	// cannot contain '{' or '}'.
 	Prefix string
 	// Test holds knobs for tests only.
 	Test DAGStoreTestConfig
@@ -87,9 +87,6 @@ type DAGStoreTestConfig struct {
 	// Redis server's (TIME).
 	Now func() time.Time
 }
-
-// defaultDAGPrefix is DAGStoreConfig.Prefix's default.
-const defaultDAGPrefix = "comfypool"
 
 // NewDAGStore returns a DAGStore on c, which may be a *redis.Client, a
 // *redis.ClusterClient or a failover client. cfg may be nil. The store
@@ -103,11 +100,11 @@ func NewDAGStore(c redis.UniversalClient, cfg *DAGStoreConfig) (*DAGStore, error
 	if cfg != nil {
 		conf = *cfg
 	}
-	conf.Prefix = cmp.Or(conf.Prefix, defaultDAGPrefix)
+	conf.Prefix = cmp.Or(conf.Prefix, DefaultPrefix)
 	if strings.ContainsAny(conf.Prefix, "{}") {
 		return nil, fmt.Errorf("redisqueue: NewDAGStore: Prefix %q cannot contain '{' or '}'", conf.Prefix)
 	}
-	return &DAGStore{c: c, now: conf.Test.Now, keys: "{" + conf.Prefix + "}:dag:"}, nil
+	return &DAGStore{c: c, now: conf.Test.Now, keys: keyNamespace(conf.Prefix) + "dag:"}, nil
 }
 
 func (s *DAGStore) execKey(id string) string  { return s.keys + "e:" + id }
@@ -115,32 +112,13 @@ func (s *DAGStore) nodesKey(id string) string { return s.keys + "n:" + id }
 func (s *DAGStore) runningKey() string        { return s.keys + "running" }
 func (s *DAGStore) memoKey(key string) string { return s.keys + "m:" + key }
 
-// clock is the scripts' "now" argument: "" for the server's clock, else
-// microseconds since 1970.
-func (s *DAGStore) clock() string {
-	if s.now == nil {
-		return ""
-	}
-	return strconv.FormatInt(s.now().UnixMicro(), 10)
-}
-
-// dagNowLua defines now(arg): the time of the leases in microseconds,
-// arg's when it is not empty, the server's otherwise.
-const dagNowLua = `
-local function now(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-`
-
 // dagCreateScript creates the execution unless its key exists: 1 when
 // created (or when this very call did, run again: same token), 0 when
 // taken. Its lease is given to ARGV[9] when not empty.
 //
 // KEYS: exec, nodes, running. ARGV: status, on_failure, graph, inputs,
 // created, updated, rank, token, owner, ttl (µs), now.
-var dagCreateScript = redis.NewScript(dagNowLua + `
+var dagCreateScript = redis.NewScript(luaClock + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'token') == ARGV[8] then return 1 end
   return 0
@@ -208,7 +186,7 @@ return 1
 // no execution; {-1, expiry} when another owner holds it.
 //
 // KEYS: exec, running. ARGV: owner, ttl (µs), now.
-var dagAcquireScript = redis.NewScript(dagNowLua + `
+var dagAcquireScript = redis.NewScript(luaClock + `
 local cur = redis.call('HMGET', KEYS[1], 'rank', 'owner', 'expires', 'status')
 if not cur[1] then return {0} end
 local t = now(ARGV[3])
@@ -245,7 +223,7 @@ return 1
 // lease is free or expired at ARGV[1] (the time of the leases).
 //
 // KEYS: running. ARGV: now.
-var dagAbandonedScript = redis.NewScript(dagNowLua + `
+var dagAbandonedScript = redis.NewScript(luaClock + `
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now(ARGV[1]))
 `)
 
@@ -304,7 +282,7 @@ func (s *DAGStore) create(ctx context.Context, rec *dag.ExecutionRecord, lease *
 	if lease != nil {
 		owner, ttl = lease.Owner, lease.TTL.Microseconds()
 	}
-	args = append(args, hex.EncodeToString(token[:]), owner, ttl, s.clock())
+	args = append(args, hex.EncodeToString(token[:]), owner, ttl, clockArg(s.now))
 	n, err := dagCreateScript.Run(ctx, s.c, []string{s.execKey(rec.ID), s.nodesKey(rec.ID), s.runningKey()}, args...).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("dag: create execution %q", rec.ID), err)
@@ -489,7 +467,7 @@ func (s *DAGStore) AcquireLease(ctx context.Context, id string, lease dag.Lease)
 		return fmt.Errorf("redisqueue: %w", err)
 	}
 	res, err := dagAcquireScript.Run(ctx, s.c, []string{s.execKey(id), s.runningKey()},
-		lease.Owner, lease.TTL.Microseconds(), s.clock()).Slice()
+		lease.Owner, lease.TTL.Microseconds(), clockArg(s.now)).Slice()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("dag: acquire lease of execution %q", id), err)
 	}
@@ -522,7 +500,7 @@ func (s *DAGStore) ReleaseLease(ctx context.Context, id, owner string) error {
 // free or expired, oldest first (by Created, then by ID). It reads the
 // set of running executions only, not every execution's key.
 func (s *DAGStore) Abandoned(ctx context.Context) ([]string, error) {
-	ranks, err := dagAbandonedScript.Run(ctx, s.c, []string{s.runningKey()}, s.clock()).StringSlice()
+	ranks, err := dagAbandonedScript.Run(ctx, s.c, []string{s.runningKey()}, clockArg(s.now)).StringSlice()
 	if err != nil {
 		return nil, wrapErr("dag: abandoned executions", err)
 	}
