@@ -342,8 +342,18 @@ func testRaceForAbandoned(t *testing.T, f Fixture) {
 		t.Fatalf("the frozen process wrote its stop: execution %s, B %s", cp.Execution.Status, cp.Nodes["B"].State)
 	}
 
+	finishResumed(t, ctx, f, r, s1, resumed)
+}
+
+// finishResumed releases the held jobs of r, waits for x, the resumed
+// Chain execution "e" with input "x", and checks that it ended as if it
+// had run in one place: its result, one job for each WORKFLOW node (B's
+// reattached, A's not run again), none cancelled, its records in s all
+// completed, its lease free and nothing left abandoned.
+func finishResumed(t *testing.T, ctx context.Context, f Fixture, r *Runner, s dag.LeaseStore, x *dag.Execution) *dag.Result {
+	t.Helper()
 	r.Release()
-	res, err := resumed.Wait(ctx)
+	res, err := x.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +367,7 @@ func testRaceForAbandoned(t *testing.T, f Fixture) {
 	if len(cancels) != 0 {
 		t.Errorf("jobs cancelled: %q", cancels)
 	}
-	cp, err = s1.Load(ctx, "e")
+	cp, err := s.Load(ctx, "e")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,11 +380,12 @@ func testRaceForAbandoned(t *testing.T, f Fixture) {
 		}
 	}
 	if owner := f.LeaseOwner(t, "e"); owner != "" {
-		t.Errorf("lease still held by %s after the end", owner)
+		t.Errorf("lease still held by %q after the end", owner)
 	}
-	if ids, err := s1.Abandoned(ctx); err != nil || len(ids) != 0 {
+	if ids, err := s.Abandoned(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("Abandoned after the end = %q, %v", ids, err)
 	}
+	return res
 }
 
 // next returns the node of the next job the runner starts.
@@ -452,33 +463,9 @@ func testHandover(t *testing.T, f Fixture) {
 	if len(xs) != 1 {
 		t.Fatalf("%d executions resumed, want 1", len(xs))
 	}
-	r.Release()
-	res, err = xs[0].Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := res.Outputs["result"], "C(B(A(x)))"; got != want {
-		t.Errorf("result %v, want %v", got, want)
-	}
+	res = finishResumed(t, ctx, f, r, oldStore, xs[0])
 	if res.Nodes["B"].JobID != b.JobID {
 		t.Errorf("B's job %s, want %s (the one the old process left running)", res.Nodes["B"].JobID, b.JobID)
-	}
-	nodes, cancels := r.Record()
-	if !slices.Equal(nodes, []string{"A", "B", "C"}) {
-		t.Errorf("jobs of nodes %q, want one each of A, B, C (B's reattached, A not rerun)", nodes)
-	}
-	if len(cancels) != 0 {
-		t.Errorf("jobs cancelled: %q", cancels)
-	}
-	cp, err = oldStore.Load(ctx, "e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cp.Execution.Status != dag.StatusCompleted {
-		t.Errorf("stored status %s, want completed", cp.Execution.Status)
-	}
-	if owner := f.LeaseOwner(t, "e"); owner != "" {
-		t.Errorf("lease held by %q after the end", owner)
 	}
 	if _, err := old.Start(ctx, Chain(), map[string]any{"s": "y"}, nil); !errors.Is(err, dag.ErrClosed) {
 		t.Errorf("Start after Handover: %v, want ErrClosed", err)
