@@ -129,9 +129,9 @@ func TestCheckpointFileStoreDirectoryRemoved(t *testing.T) {
 	b := exSetup(t, exOpts{store: fs, hold: true})
 	x, err := b.ex.Start(t.Context(), exChain(), map[string]any{"s": "x"}, nil)
 	require.NoError(t, err)
-	job := <-b.fr.started // A runs
+	job := <-b.fr.Started // A runs
 	require.NoError(t, os.RemoveAll(dir))
-	job.finish()
+	job.Finish()
 	res, err := x.Wait(t.Context())
 	require.ErrorIs(t, err, ErrCheckpoint)
 	require.ErrorIs(t, err, ErrNotFound, "the Store's error is wrapped")

@@ -27,7 +27,7 @@ func exInput(id string, fields ...Field) Node {
 }
 
 // exWF is a WORKFLOW node for the fakeRunner: string params named
-// params, and the output port "text" (see fakeText).
+// params, and the output port "text" (see runnertest.Text).
 func exWF(id string, params ...string) Node {
 	inputs := map[string]any{"tag": id}
 	var ps []Param
@@ -77,7 +77,7 @@ func exSetup(t testing.TB, o exOpts) *exBundle {
 	t.Cleanup(func() {
 		// Release whatever a failed test left held, then close.
 		for _, j := range b.fr.Enqueued() {
-			j.finish()
+			j.Finish()
 		}
 		assert.NoError(t, ex.Close(context.Background()))
 	})
@@ -210,10 +210,10 @@ func TestFanout16RunsInParallel(t *testing.T) {
 	b := exSetup(t, exOpts{hold: true})
 	x, err := b.ex.Start(t.Context(), exFanoutGraph(16), map[string]any{"s": "x"}, nil)
 	require.NoError(t, err)
-	jobs := b.fr.nextN(t, 16) // all 16 are held at once
+	jobs := b.fr.NextN(t, 16) // all 16 are held at once
 	assert.Equal(t, 16, b.fr.High())
 	for _, j := range jobs {
-		j.finish()
+		j.Finish()
 	}
 	res, err := x.Wait(t.Context())
 	require.NoError(t, err)
@@ -227,18 +227,18 @@ func TestParallelismBoundsWorkflowNodes(t *testing.T) {
 	require.NoError(t, err)
 	held := slices.Collect(func(yield func(*fakeJob) bool) {
 		for range 4 {
-			if !yield(b.fr.next(t)) {
+			if !yield(b.fr.Next(t)) {
 				return
 			}
 		}
 	})
 	// Release one job at a time: each release lets exactly one more start.
 	for range 12 {
-		held[0].finish()
-		held = append(held[1:], b.fr.next(t))
+		held[0].Finish()
+		held = append(held[1:], b.fr.Next(t))
 	}
 	for _, j := range held {
-		j.finish()
+		j.Finish()
 	}
 	res, err := x.Wait(t.Context())
 	require.NoError(t, err)
@@ -372,9 +372,9 @@ func TestFailFastCancelsSiblings(t *testing.T) {
 	b := exSetup(t, exOpts{hold: true, parallelism: 3})
 	x, err := b.ex.Start(t.Context(), exWideGraph(exWF("A", "a"), exWF("B", "a"), exWF("C", "a"), exWF("D", "a")), map[string]any{"s": "x"}, b.opts())
 	require.NoError(t, err)
-	jobs := b.fr.nextN(t, 3)
+	jobs := b.fr.NextN(t, 3)
 	require.Contains(t, jobs, "A")
-	jobs["A"].fail(errors.New("fake: boom"))
+	jobs["A"].Fail(errors.New("fake: boom"))
 
 	res, err := x.Wait(t.Context())
 	var ne *NodeError
@@ -437,7 +437,7 @@ func TestCancel(t *testing.T) {
 		b := exSetup(t, exOpts{hold: true})
 		x, err := b.ex.Start(t.Context(), exWideGraph(exWF("A", "a"), exWF("B", "a")), map[string]any{"s": "x"}, nil)
 		require.NoError(t, err)
-		b.fr.nextN(t, 2)
+		b.fr.NextN(t, 2)
 		require.NoError(t, x.Cancel(t.Context()))
 		select {
 		case <-x.Done():
@@ -574,7 +574,7 @@ func TestClose(t *testing.T) {
 		require.NoError(t, err)
 		x2, err := b.ex.Start(t.Context(), exWideGraph(exWF("A", "a"), exWF("B", "a")), map[string]any{"s": "x"}, nil)
 		require.NoError(t, err)
-		b.fr.nextN(t, 3) // x1's A, x2's A and B
+		b.fr.NextN(t, 3) // x1's A, x2's A and B
 
 		require.NoError(t, b.ex.Close(t.Context()))
 		for _, x := range []*Execution{x1, x2} {
@@ -599,10 +599,10 @@ func TestCloseBoundedByContext(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := exSetup(t, exOpts{hold: true})
-		b.fr.cancelBlock = make(chan struct{})
+		b.fr.CancelBlock = make(chan struct{})
 		x, err := b.ex.Start(t.Context(), exDiamond(), map[string]any{"s": "x"}, nil)
 		require.NoError(t, err)
-		b.fr.next(t)
+		b.fr.Next(t)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		// The job's cancellation hangs: Close gives up when ctx ends.
@@ -614,7 +614,7 @@ func TestCloseBoundedByContext(t *testing.T) {
 			t.Fatal("the event hub was closed while an execution runs")
 		default:
 		}
-		close(b.fr.cancelBlock)
+		close(b.fr.CancelBlock)
 		assert.NoError(t, b.ex.Close(t.Context()), "Close again")
 		select {
 		case <-b.ex.hub.done:
@@ -654,7 +654,7 @@ func TestOneSubscriptionPerExecutor(t *testing.T) {
 		// Each execution's job, by its input.
 		jobs := make([]*fakeJob, n)
 		for range n {
-			j := r.next(t)
+			j := r.Next(t)
 			var i int
 			_, err := fmt.Sscanf(j.WF["1"].Inputs["a"].(string), "x%d", &i)
 			require.NoError(t, err)
@@ -662,7 +662,7 @@ func TestOneSubscriptionPerExecutor(t *testing.T) {
 		}
 		synctest.Wait() // the job:started events were routed
 		for i, j := range jobs {
-			j.progress(i+1, 10)
+			j.Progress(i+1, 10)
 		}
 		synctest.Wait()
 		for i, j := range jobs {
@@ -685,7 +685,7 @@ func TestOneSubscriptionPerExecutor(t *testing.T) {
 			assert.Equal(t, []int{i + 1}, values, "execution %d gets its own job's progress only", i)
 		}
 		for _, j := range jobs {
-			j.finish()
+			j.Finish()
 		}
 		for _, x := range xs {
 			_, err := x.Wait(t.Context())
@@ -693,9 +693,7 @@ func TestOneSubscriptionPerExecutor(t *testing.T) {
 		}
 		assert.EqualValues(t, 1, r.nsub.Load(), "one subscription for every execution")
 		require.NoError(t, ex.Close(t.Context()))
-		r.mu.Lock()
-		assert.Empty(t, r.fakeRunner.subs, "Close unsubscribed")
-		r.mu.Unlock()
+		assert.Zero(t, r.Subscribers(), "Close unsubscribed")
 	})
 }
 
@@ -755,7 +753,7 @@ func TestProgressAndSnapshot(t *testing.T) {
 	}
 	x, err := b.ex.Start(t.Context(), exWideGraph(exWF("B", "a"), exWF("A", "a")), map[string]any{"s": "x"}, b.opts())
 	require.NoError(t, err)
-	jobs := b.fr.nextN(t, 2)
+	jobs := b.fr.NextN(t, 2)
 	for range 2 {
 		select {
 		case <-running:
@@ -763,7 +761,7 @@ func TestProgressAndSnapshot(t *testing.T) {
 			t.Fatal("no running event")
 		}
 	}
-	jobs["A"].progress(3, 10)
+	jobs["A"].Progress(3, 10)
 	select {
 	case <-progressed:
 	case <-t.Context().Done():
@@ -779,8 +777,8 @@ func TestProgressAndSnapshot(t *testing.T) {
 	assert.Equal(t, NodePending, snap.Nodes["M"].State)
 	assert.Equal(t, jobs["A"].ID, snap.Nodes["A"].JobID)
 
-	jobs["A"].finish()
-	jobs["B"].finish()
+	jobs["A"].Finish()
+	jobs["B"].Finish()
 	res, err := x.Wait(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, Progress{Done: 5, Total: 5}, x.Progress())
@@ -798,8 +796,8 @@ func TestResumeAfterClose(t *testing.T) {
 	}
 	x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "x"}, &RunOpts{ID: "run-1"})
 	require.NoError(t, err)
-	b.fr.next(t).finish() // A
-	jb := b.fr.next(t)    // B, held
+	b.fr.Next(t).Finish() // A
+	jb := b.fr.Next(t)    // B, held
 	require.Equal(t, "B", jb.Node)
 	require.NoError(t, b.ex.Close(t.Context()))
 	res, err := x.Wait(t.Context())
@@ -1113,12 +1111,12 @@ func TestProgressCoalescedWhileOnEventIsSlow(t *testing.T) {
 		}
 		x, err := b.ex.Start(t.Context(), chainGraph(), map[string]any{"s": "x"}, b.opts())
 		require.NoError(t, err)
-		j := b.fr.next(t)
+		j := b.fr.Next(t)
 		synctest.Wait()
-		j.progress(0, 2000)
+		j.Progress(0, 2000)
 		synctest.Wait() // the loop is in OnEvent
 		for k := 1; k <= 2000; k++ {
-			j.progress(k, 2000)
+			j.Progress(k, 2000)
 			if k%100 == 0 {
 				synctest.Wait() // the event goroutine drained the subscription
 			}
@@ -1131,7 +1129,7 @@ func TestProgressCoalescedWhileOnEventIsSlow(t *testing.T) {
 		close(gate)
 		synctest.Wait()
 		assert.Equal(t, [2]int{2000, 2000}, [2]int{x.Progress().Running[0].Value, x.Progress().Running[0].Max})
-		j.finish()
+		j.Finish()
 		_, err = x.Wait(t.Context())
 		require.NoError(t, err)
 		var values []int
@@ -1214,10 +1212,10 @@ func TestRetryJobIsSavedWhenQueued(t *testing.T) {
 		g.Nodes[1].Config.(*WorkflowConfig).Retries = 1
 		x, err := b.ex.Start(t.Context(), g, map[string]any{"s": "x"}, b.opts())
 		require.NoError(t, err)
-		j1 := b.fr.next(t)
+		j1 := b.fr.Next(t)
 		synctest.Wait()
-		j1.fail(comfy.ErrPromptLost) // a backend fault: retried
-		j2 := b.fr.next(t)
+		j1.Fail(comfy.ErrPromptLost) // a backend fault: retried
+		j2 := b.fr.Next(t)
 		synctest.Wait()
 		cp, err := b.store.Load(t.Context(), x.ID())
 		require.NoError(t, err)
@@ -1228,7 +1226,7 @@ func TestRetryJobIsSavedWhenQueued(t *testing.T) {
 		assert.True(t, slices.ContainsFunc(evs, func(e Event) bool {
 			return e.Kind == EventNodeState && e.Node == "A" && e.JobID == j2.ID
 		}), "an event reports the retry's job")
-		j2.finish()
+		j2.Finish()
 		res, err := x.Wait(t.Context())
 		require.NoError(t, err)
 		assert.Equal(t, 2, res.Nodes["A"].Runs)

@@ -72,11 +72,11 @@ func TestHandoverGoesOnInAnotherExecutor(t *testing.T) {
 		var evA exEvents
 		xa, err := a.Start(ctx, hoChain(), map[string]any{"s": "x"}, &RunOpts{ID: "e", OnEvent: evA.add})
 		require.NoError(t, err)
-		jA := r.next(t)
+		jA := r.Next(t)
 		synctest.Wait() // A's job runs, checkpointed
 		store.block()
-		jA.finish()
-		jB := r.next(t)
+		jA.Finish()
+		jB := r.Next(t)
 		require.Equal(t, "B", jB.Node)
 		synctest.Wait() // A completed and B running, in the checkpointer only
 		cp, err := store.Load(ctx, "e")
@@ -151,10 +151,10 @@ func TestHandoverGoesOnInAnotherExecutor(t *testing.T) {
 		assert.Zero(t, time.Since(t0))
 		synctest.Wait()
 		assert.Equal(t, []string{"A", "B"}, r.Nodes(), "B reattached to its job; A did not run again")
-		jB.finish()
-		jC := r.next(t)
+		jB.Finish()
+		jC := r.Next(t)
 		assert.Equal(t, "C", jC.Node)
-		jC.finish()
+		jC.Finish()
 		res, err = xs[0].Wait(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, "C(B(A(x)))", res.Outputs["result"])
@@ -218,7 +218,7 @@ func TestHandoverRefused(t *testing.T) {
 		b := exSetup(t, exOpts{hold: true, store: struct{ Store }{NewMemoryStore()}})
 		x, err := b.ex.Start(ctx, chainGraph(), map[string]any{"s": "x"}, nil)
 		require.NoError(t, err)
-		b.fr.next(t)
+		b.fr.Next(t)
 		require.ErrorIs(t, b.ex.Handover(ctx), ErrInvalid)
 		select {
 		case <-x.Done():

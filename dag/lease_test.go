@@ -79,7 +79,7 @@ func TestLeaseHeldWhileRunning(t *testing.T) {
 		b := leaseExecutor(t, store, fr, "b")
 		x, err := a.Start(t.Context(), chainGraph(), map[string]any{"s": "x"}, &RunOpts{ID: "e"})
 		require.NoError(t, err)
-		j := fr.next(t)
+		j := fr.Next(t)
 
 		time.Sleep(5 * time.Minute) // ten lease TTLs of fake time
 		_, err = b.Resume(t.Context(), "e", nil)
@@ -89,7 +89,7 @@ func TestLeaseHeldWhileRunning(t *testing.T) {
 		assert.Empty(t, xs)
 		require.ErrorIs(t, store.AcquireLease(t.Context(), "e", Lease{Owner: "b", TTL: time.Second}), ErrLeased)
 
-		j.finish()
+		j.Finish()
 		_, err = x.Wait(bounded(t))
 		require.NoError(t, err)
 		require.NoError(t, store.AcquireLease(t.Context(), "e", Lease{Owner: "b", TTL: time.Second}), "released at the end")
@@ -210,7 +210,7 @@ func TestLeaseLostStopsWithoutWriting(t *testing.T) {
 				b := leaseExecutor(t, store, r, "b")
 				xa, err := a.Start(t.Context(), chainGraph(), map[string]any{"s": "x"}, &RunOpts{ID: "e"})
 				require.NoError(t, err)
-				j := r.next(t)
+				j := r.Next(t)
 				synctest.Wait() // A is running, checkpointed
 				store.block("a")
 				time.Sleep(30 * time.Second) // a's lease expires
@@ -241,7 +241,7 @@ func TestLeaseLostStopsWithoutWriting(t *testing.T) {
 					store.unblock()
 				}
 
-				j.finish()
+				j.Finish()
 				res, err := xb.Wait(bounded(t))
 				require.NoError(t, err)
 				assert.Equal(t, "A(x)", res.Outputs["result"])

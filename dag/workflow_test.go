@@ -1226,7 +1226,7 @@ func TestWorkflowPanicFailsTheNodeWithoutRetry(t *testing.T) {
 			if in == "Cancel" {
 				wg.Go(func() { // cancel the node once its job is queued
 					select {
-					case <-pr.started:
+					case <-pr.Started:
 						cancel()
 					case <-ctx.Done():
 					}

@@ -17,9 +17,7 @@ package dagtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -30,7 +28,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/dag"
-	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/internal/runnertest"
 )
 
 // Fixture is one shared backing (a database schema, a Redis key prefix)
@@ -72,110 +70,18 @@ func RunSharedStoreTests(t *testing.T, newFixture func(t *testing.T) Fixture) {
 	}
 }
 
-// Runner is a dag.Runner standing for the job queue that every process
-// shares: an idempotency key already used returns its job (as
-// pool.EnqueueOpts.IdempotencyKey does across processes on a shared
-// queue), so that an execution resumed elsewhere reattaches to its
-// running job. A job outputs "<tag>(<a>)" on port text; the jobs of the
-// nodes in hold wait until Release. It is safe for concurrent use.
-type Runner struct {
-	hold map[string]bool
-	// Started receives the node of each new job (buffered: 16).
-	Started chan string
-
-	mu      sync.Mutex
-	seq     int
-	jobs    map[string]*runnerJob
-	keys    map[string]string
-	nodes   []string // the node of each new job, in order
-	cancels []string
+// newRunner returns the fake runner of the tests, standing for the job
+// queue that every process shares: an idempotency key already used
+// returns its job, as pool.EnqueueOpts.IdempotencyKey does across
+// processes on a shared queue, so that an execution resumed elsewhere
+// reattaches to its running job. B's jobs wait until Release.
+func newRunner() *runnertest.Runner {
+	return runnertest.New(runnertest.Options{HoldNodes: []string{"B"}, Idempotent: true})
 }
 
-type runnerJob struct {
-	text string
-	end  chan struct{}
-}
-
-// NewRunner returns a Runner whose jobs of the nodes in hold wait for
-// Release.
-func NewRunner(hold ...string) *Runner {
-	r := &Runner{hold: map[string]bool{}, Started: make(chan string, 16), jobs: map[string]*runnerJob{}, keys: map[string]string{}}
-	for _, n := range hold {
-		r.hold[n] = true
-	}
-	return r
-}
-
-// Enqueue implements dag.Runner.
-func (r *Runner) Enqueue(_ context.Context, wf comfy.Workflow, opts *pool.EnqueueOpts) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if id, ok := r.keys[opts.IdempotencyKey]; ok {
-		return id, nil
-	}
-	r.seq++
-	id := fmt.Sprint("job-", r.seq)
-	node := opts.Metadata["dag_node"]
-	in := wf["1"].Inputs
-	j := &runnerJob{text: fmt.Sprintf("%v(%v)", in["tag"], in["a"]), end: make(chan struct{})}
-	if !r.hold[node] {
-		close(j.end)
-	}
-	r.jobs[id], r.keys[opts.IdempotencyKey] = j, id
-	r.nodes = append(r.nodes, node)
-	r.Started <- node
-	return id, nil
-}
-
-// Wait implements dag.Runner.
-func (r *Runner) Wait(ctx context.Context, id string) (*pool.Result, error) {
-	r.mu.Lock()
-	j := r.jobs[id]
-	r.mu.Unlock()
-	if j == nil {
-		return nil, pool.ErrNotFound
-	}
-	select {
-	case <-j.end:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	raw, _ := json.Marshal([]string{j.text})
-	return &pool.Result{JobID: id, Backend: "gpu", Outputs: map[string]comfy.Output{"1": {"text": raw}}}, nil
-}
-
-// Cancel implements dag.Runner: it records the call.
-func (r *Runner) Cancel(_ context.Context, id string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cancels = append(r.cancels, id)
-	return nil
-}
-
-// Release ends the held jobs.
-func (r *Runner) Release() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, j := range r.jobs {
-		select {
-		case <-j.end:
-		default:
-			close(j.end)
-		}
-	}
-}
-
-// Record returns the node of each job enqueued, in order, and the jobs
-// cancelled.
-func (r *Runner) Record() (nodes, cancels []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.nodes), slices.Clone(r.cancels)
-}
-
-// Chain is in.s -> A -> B -> C -> out.result, every WORKFLOW node a
-// Runner job: its result for input x is "C(B(A(x)))".
-func Chain() *dag.Graph {
+// chain is in.s -> A -> B -> C -> out.result, every WORKFLOW node a
+// runnertest job: its result for input x is "C(B(A(x)))".
+func chain() *dag.Graph {
 	wf := func(id string) dag.Node {
 		return dag.Node{ID: id, Config: &dag.WorkflowConfig{
 			Workflow: comfy.Workflow{"1": {ClassType: "Fake", Inputs: map[string]any{"tag": id, "a": ""}}},
@@ -212,9 +118,9 @@ func process(t *testing.T, f Fixture, owner string, r dag.Runner, ttl time.Durat
 	return ex, s
 }
 
-// WaitNodes polls s until the node records of execution id satisfy ok,
+// waitNodes polls s until the node records of execution id satisfy ok,
 // or fails the test after 10 s.
-func WaitNodes(t *testing.T, s dag.Store, id string, ok func(map[string]*dag.NodeRecord) bool) {
+func waitNodes(t *testing.T, s dag.Store, id string, ok func(map[string]*dag.NodeRecord) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -292,7 +198,7 @@ func testBackingClock(t *testing.T, f Fixture) {
 // frozen process, once it finds its lease taken, stops without
 // cancelling that job or writing over the new owner's records.
 func testRaceForAbandoned(t *testing.T, f Fixture) {
-	r := NewRunner("B")
+	r := newRunner()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
@@ -300,11 +206,11 @@ func testRaceForAbandoned(t *testing.T, f Fixture) {
 	// backing's, so its leases look expired to everyone else as soon as
 	// it takes them, as if it had stopped renewing.
 	frozen, frozenStore := process(t, f, "frozen", r, 300*time.Millisecond, func() time.Time { return time.Now().Add(-time.Hour) })
-	x, err := frozen.Start(ctx, Chain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
+	x, err := frozen.Start(ctx, chain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	WaitNodes(t, frozenStore, "e", func(n map[string]*dag.NodeRecord) bool {
+	waitNodes(t, frozenStore, "e", func(n map[string]*dag.NodeRecord) bool {
 		return n["A"] != nil && n["A"].State == dag.NodeCompleted && n["B"] != nil && n["B"].JobID != ""
 	})
 
@@ -350,7 +256,7 @@ func testRaceForAbandoned(t *testing.T, f Fixture) {
 // had run in one place: its result, one job for each WORKFLOW node (B's
 // reattached, A's not run again), none cancelled, its records in s all
 // completed, its lease free and nothing left abandoned.
-func finishResumed(t *testing.T, ctx context.Context, f Fixture, r *Runner, s dag.LeaseStore, x *dag.Execution) *dag.Result {
+func finishResumed(t *testing.T, ctx context.Context, f Fixture, r *runnertest.Runner, s dag.LeaseStore, x *dag.Execution) *dag.Result {
 	t.Helper()
 	r.Release()
 	res, err := x.Wait(ctx)
@@ -360,12 +266,11 @@ func finishResumed(t *testing.T, ctx context.Context, f Fixture, r *Runner, s da
 	if got, want := res.Outputs["result"], "C(B(A(x)))"; got != want {
 		t.Errorf("result %v, want %v", got, want)
 	}
-	nodes, cancels := r.Record()
-	if !slices.Equal(nodes, []string{"A", "B", "C"}) {
+	if nodes := r.Nodes(); !slices.Equal(nodes, []string{"A", "B", "C"}) {
 		t.Errorf("jobs of nodes %q, want one each of A, B, C (B's reattached, A not rerun)", nodes)
 	}
-	if len(cancels) != 0 {
-		t.Errorf("jobs cancelled: %q", cancels)
+	if cancelled := r.Cancelled(); len(cancelled) != 0 {
+		t.Errorf("jobs of nodes %q cancelled", cancelled)
 	}
 	cp, err := s.Load(ctx, "e")
 	if err != nil {
@@ -388,12 +293,13 @@ func finishResumed(t *testing.T, ctx context.Context, f Fixture, r *Runner, s da
 	return res
 }
 
-// next returns the node of the next job the runner starts.
-func next(t *testing.T, ctx context.Context, r *Runner) string {
+// next returns the node of the next job the runner starts, failing the
+// test if ctx ends first.
+func next(t *testing.T, ctx context.Context, r *runnertest.Runner) string {
 	t.Helper()
 	select {
-	case n := <-r.Started:
-		return n
+	case j := <-r.Started:
+		return j.Node
 	case <-ctx.Done():
 		t.Fatal("no job started")
 		return ""
@@ -408,12 +314,12 @@ func next(t *testing.T, ctx context.Context, r *Runner) string {
 // immediately, reattaches to B's job and runs only C. Nothing is
 // cancelled.
 func testHandover(t *testing.T, f Fixture) {
-	r := NewRunner("B")
+	r := newRunner()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
 	old, oldStore := process(t, f, "old", r, time.Minute, nil)
-	x, err := old.Start(ctx, Chain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
+	x, err := old.Start(ctx, chain(), map[string]any{"s": "x"}, &dag.RunOpts{ID: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +373,7 @@ func testHandover(t *testing.T, f Fixture) {
 	if res.Nodes["B"].JobID != b.JobID {
 		t.Errorf("B's job %s, want %s (the one the old process left running)", res.Nodes["B"].JobID, b.JobID)
 	}
-	if _, err := old.Start(ctx, Chain(), map[string]any{"s": "y"}, nil); !errors.Is(err, dag.ErrClosed) {
+	if _, err := old.Start(ctx, chain(), map[string]any{"s": "y"}, nil); !errors.Is(err, dag.ErrClosed) {
 		t.Errorf("Start after Handover: %v, want ErrClosed", err)
 	}
 }
