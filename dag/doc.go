@@ -164,8 +164,9 @@
 // process) keeps checkpoints in memory; [FileStore]
 // ([NewFileStore]) writes them as files, crash-safely, so that executions
 // survive a restart of the process. Another Store (a database, say)
-// implements the same small interface and checks itself with the
-// conformance suite of package dag/storetest.
+// implements the same small interface, rejects bad arguments with the
+// contract's own checks ([CheckExecutionRecord] and the others), and
+// checks itself with the conformance suite of package dag/storetest.
 //
 // Node checkpoints are written by a goroutine of each execution, never by
 // its scheduler, which does not wait for the disk: the records that pile
