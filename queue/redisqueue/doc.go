@@ -106,7 +106,9 @@
 // exist, and publishes a ping to itself: when a ping has not come back
 // two intervals later, messages are being lost without the connection
 // failing, and every subscriber gets a Gap each interval until pings
-// come back.
+// come back; after four, the Driver subscribes again on a new connection
+// (a half-open connection would otherwise go unnoticed until TCP
+// keepalive gives up, minutes later).
 //
 // # Throughput
 //

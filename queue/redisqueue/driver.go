@@ -78,15 +78,21 @@ type Driver struct {
 	wg        sync.WaitGroup
 
 	group grouper // job operations sharing one script call (group.go)
-	ps    *redis.PubSub
+
+	psMu     sync.Mutex
+	ps       *redis.PubSub // the subscription (listen.go)
+	psClosed bool          // Close closed it
 
 	ready chan struct{}
 	kick  chan struct{} // wakes the maintenance loop (coalesced)
 
+	armed atomic.Int64 // µs of the maintenance timer's target (server clock); 0: none
+	feed  queue.Feed   // the subscription publishes to it
+
+	synced syncs // writes waiting for their own message (runSynced)
+
 	spaceMu sync.Mutex
 	space   chan struct{} // closed when capacity may have been freed (SpaceAvailable)
-	armed   atomic.Int64  // µs of the maintenance timer's target (server clock); 0: none
-	feed    queue.Feed    // the subscription publishes to it
 
 	// The check that published messages arrive (see maintain).
 	pingID             string
@@ -166,7 +172,7 @@ func New(c redis.UniversalClient, cfg *Config) (*Driver, error) {
 	}
 	d.ps = ps
 	d.wg.Add(2)
-	go d.listen(ctx, ps)
+	go d.listen(ctx)
 	go d.maintain(ctx)
 	return d, nil
 }
@@ -181,7 +187,10 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.closed)
 		d.cancel()
+		d.psMu.Lock()
+		d.psClosed = true
 		_ = d.ps.Close() // a pending Receive does not watch its context
+		d.psMu.Unlock()
 		d.wg.Wait()
 		d.feed.Close()
 	})
@@ -209,10 +218,94 @@ func (d *Driver) now() string {
 
 // run runs a script with the prefix and clock arguments before args.
 func (d *Driver) run(ctx context.Context, name string, args ...any) (any, error) {
+	return d.runTag(ctx, name, "", args...)
+}
+
+func (d *Driver) runTag(ctx context.Context, name, tag string, args ...any) (any, error) {
 	all := make([]any, 0, 2+len(args))
-	all = append(all, d.p, d.now())
+	clock := d.now()
+	if tag != "" {
+		clock += "|" + tag
+	}
+	all = append(all, d.p, clock)
 	all = append(all, args...)
 	return scripts[name].Run(ctx, d.c, d.keys, all...).Result()
+}
+
+// runSynced is run for a script that writes jobs: when this process has
+// subscribers, it returns only once the driver's own subscription has
+// delivered the script's changes to them (the script tags its message),
+// so that a caller's Subscribe sees its own write before the write
+// returns, in order with every other process's, as memqueue's would.
+// Without subscribers it costs nothing more than run.
+func (d *Driver) runSynced(ctx context.Context, name string, args ...any) (any, error) {
+	if d.feed.Subscribers() == 0 {
+		return d.run(ctx, name, args...)
+	}
+	seq, seen := d.synced.expect()
+	res, err := d.runTag(ctx, name, d.pingID+":"+strconv.FormatUint(seq, 10), args...)
+	if err == nil {
+		timer := time.NewTimer(syncWait)
+		select {
+		case <-seen:
+		case <-timer.C: // the message was lost: its Gap tells the subscribers
+		case <-d.closed:
+		}
+		timer.Stop()
+	}
+	d.synced.forget(seq)
+	return res, err
+}
+
+// syncWait bounds how long runSynced waits for its message.
+const syncWait = time.Second
+
+// syncs tracks the tagged messages runSynced waits for.
+type syncs struct {
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan struct{}
+}
+
+// expect returns a new tag's sequence and a channel closed when the
+// subscription delivers it.
+func (s *syncs) expect() (uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	if s.waiting == nil {
+		s.waiting = map[uint64]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.waiting[s.next] = ch
+	return s.next, ch
+}
+
+// seen releases the waiter of seq.
+func (s *syncs) seen(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.waiting[seq]; ok {
+		close(ch)
+		delete(s.waiting, seq)
+	}
+}
+
+// forget drops seq's waiter, if still there.
+func (s *syncs) forget(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiting, seq)
+}
+
+// releaseAll releases every waiter: messages were lost (a Gap).
+func (s *syncs) releaseAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for seq, ch := range s.waiting {
+		close(ch)
+		delete(s.waiting, seq)
+	}
 }
 
 // micros returns d in whole microseconds, at least 1.

@@ -119,7 +119,7 @@ func (d *Driver) runGroup(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		args = append(args, c.args...)
 	}
-	raw, err := d.run(ctx, "ops", args...)
+	raw, err := d.runSynced(ctx, "ops", args...)
 	var out []any
 	if err == nil {
 		var ok bool

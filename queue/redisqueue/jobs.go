@@ -118,7 +118,7 @@ func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams, record b
 		args = append(args, ids[i], p.Priority, p.Workflow, p.WorkflowKey, p.Overrides, p.Payload, md,
 			encodeSet(p.Requires), encodeSet(p.Needs), encodeSet(p.ExcludeBackends), p.IdempotencyKey, p.MaxAttempts)
 	}
-	raw, err := d.run(ctx, "enqueue", args...)
+	raw, err := d.runSynced(ctx, "enqueue", args...)
 	if err != nil {
 		return nil, nil, wrapErr("enqueue", err)
 	}

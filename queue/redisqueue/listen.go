@@ -2,6 +2,7 @@ package redisqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,19 +16,36 @@ import (
 // listen delivers the queue channel's messages until ctx ends. go-redis
 // reconnects a lost subscription on the next receive and confirms it
 // again; messages published meanwhile are lost, so every confirmation
-// after the first gives every subscriber a Gap and fires Ready.
-func (d *Driver) listen(ctx context.Context, ps *redis.PubSub) {
+// after the first gives every subscriber a Gap and fires Ready. When
+// maintain closed the subscription (its pings stopped coming back, as
+// on a half-open connection that no error reveals), listen subscribes
+// again on a new connection.
+func (d *Driver) listen(ctx context.Context) {
 	defer d.wg.Done()
 	backoff := 50 * time.Millisecond
+	d.psMu.Lock()
+	ps := d.ps
+	d.psMu.Unlock()
 	for {
 		msg, err := ps.Receive(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, redis.ErrClosed) {
+			d.psMu.Lock()
+			if d.psClosed {
+				d.psMu.Unlock()
+				return
+			}
+			d.ps = d.c.Subscribe(ctx, d.channel())
+			ps = d.ps
+			d.psMu.Unlock()
+			d.gap()
+			continue
+		}
 		if err != nil {
 			d.log.WarnContext(ctx, "redisqueue: subscription lost; reconnecting", "error", wrapErr("subscribe", err))
-			d.feed.Gap()
-			d.signalReady()
+			d.gap()
 			timer := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -43,8 +61,7 @@ func (d *Driver) listen(ctx context.Context, ps *redis.PubSub) {
 		case *redis.Subscription:
 			// A confirmation after a reconnection: what was published in
 			// between is lost.
-			d.feed.Gap()
-			d.signalReady()
+			d.gap()
 		case *redis.Message:
 			if !d.dropMessages.Load() {
 				d.dispatch(m.Payload)
@@ -71,7 +88,12 @@ func (d *Driver) dispatch(payload string) {
 			}
 		}
 	case 'c':
-		for entry := range strings.SplitSeq(payload[1:], ",") {
+		tag, changes, _ := strings.Cut(payload[1:], "|")
+		defer d.sawTag(tag) // once the changes are delivered
+		if changes == "" {
+			return
+		}
+		for entry := range strings.SplitSeq(changes, ",") {
 			id, rest, ok1 := strings.Cut(entry, ":")
 			st, ver, ok2 := strings.Cut(rest, ":")
 			v, err := strconv.ParseUint(ver, 10, 64)
@@ -88,6 +110,26 @@ func (d *Driver) dispatch(payload string) {
 			d.feed.Publish(queue.Change{JobID: id, State: state, Version: v})
 		}
 	}
+}
+
+// sawTag releases the runSynced call of this driver that tagged a
+// message with tag.
+func (d *Driver) sawTag(tag string) {
+	id, n, ok := strings.Cut(tag, ":")
+	if !ok || id != d.pingID {
+		return
+	}
+	if seq, err := strconv.ParseUint(n, 10, 64); err == nil {
+		d.synced.seen(seq)
+	}
+}
+
+// gap tells every subscriber that changes may have been lost, releases
+// the writes waiting for their message, and fires Ready.
+func (d *Driver) gap() {
+	d.feed.Gap()
+	d.synced.releaseAll()
+	d.signalReady()
 }
 
 // arm makes sure the maintenance loop wakes by the next due time a job
@@ -157,7 +199,10 @@ func (d *Driver) maintain(ctx context.Context) {
 			d.signalSpace() // in case a message was lost: waiters try again
 		}
 		if sent := d.pingSent.Load(); sent > 0 && sent-d.pingSeen.Load() >= 2 {
-			d.feed.Gap()
+			d.gap()
+			if sent-d.pingSeen.Load() >= resubscribeAfter {
+				d.resubscribe(ctx)
+			}
 		}
 		n := d.pingSent.Add(1)
 		if err := d.c.Publish(ctx, d.channel(), "p"+d.pingID+":"+strconv.FormatUint(n, 10)).Err(); err != nil && ctx.Err() == nil {
@@ -224,4 +269,22 @@ func (d *Driver) reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// resubscribeAfter is the number of pings in a row that must not come
+// back before maintain subscribes again on a new connection.
+const resubscribeAfter = 4
+
+// resubscribe closes the subscription, whose pings stopped coming back
+// although no error came (a half-open connection, which TCP keepalive
+// would reveal only minutes later); listen then subscribes again on a
+// new connection. The ping count starts over.
+func (d *Driver) resubscribe(ctx context.Context) {
+	d.log.WarnContext(ctx, "redisqueue: the subscription receives nothing; subscribing again")
+	d.pingSeen.Store(d.pingSent.Load())
+	d.psMu.Lock()
+	defer d.psMu.Unlock()
+	if !d.psClosed {
+		_ = d.ps.Close()
+	}
 }

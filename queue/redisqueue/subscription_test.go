@@ -139,3 +139,34 @@ func TestLostMessagesGiveGaps(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentSubscriptionReplaced: when the driver's pings stop coming
+// back although the connection reports no error (a half-open TCP
+// connection behaves so for minutes), the driver subscribes again on a
+// new connection instead of waiting for TCP to notice.
+func TestSilentSubscriptionReplaced(t *testing.T) {
+	t.Parallel()
+	const poll = 25 * time.Millisecond
+	ctx := t.Context()
+	admin := redistest.Client(t, 2)
+	prefix := redistest.Prefix(t, admin)
+	name := "rq-" + prefix
+	d := newDriver(t, namedClient(t, name), &redisqueue.Config{Prefix: prefix, PollInterval: poll})
+	q := queue.New(d)
+	before := subscribers(t, admin, name)
+	require.Len(t, before, 1)
+
+	d.DropMessages(true) // the connection stays up, but nothing arrives
+	require.Eventually(t, func() bool {
+		now := subscribers(t, admin, name)
+		return len(now) == 1 && now[0] != before[0]
+	}, waitLimit, poll, "a new subscription, on a new connection")
+	d.DropMessages(false)
+
+	ch, stop, err := q.Subscribe(ctx, 16)
+	require.NoError(t, err)
+	defer stop()
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{})
+	require.NoError(t, err)
+	assert.Equal(t, queue.Change{JobID: j.ID, State: queue.StateQueued, Version: 1}, nextChangeOf(t, ch, j.ID))
+}

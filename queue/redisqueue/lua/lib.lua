@@ -9,9 +9,12 @@
 -- A job is the hash P.."j:"..id; its fields are listed in record.go.
 
 local P = ARGV[1]
+-- ARGV[2] is the time to use (or "") and, after a "|", the caller's tag
+-- (see publish).
+local nowArg, TAG = string.match(ARGV[2], '^([^|]*)|?(.*)$')
 local NOW
-if ARGV[2] ~= '' then
-  NOW = tonumber(ARGV[2])
+if nowArg ~= '' then
+  NOW = tonumber(nowArg)
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -21,22 +24,28 @@ local function fmt(n) return string.format('%.0f', n) end
 local function jk(id) return P .. 'j:' .. id end
 
 -- Changes written by this script, published at its end as one message
--- ("c" then "id:state:version" entries, comma-separated); a "w" message
--- asks every driver to fire Ready (work may have become leasable
--- without a job becoming queued: a resume, a cancel).
+-- ("c", the caller's tag, "|", then "id:state:version" entries,
+-- comma-separated; several messages for many changes, the tag on the
+-- last); a "w" message asks every driver to fire Ready (work may have
+-- become leasable without a job becoming queued: a resume, a cancel).
+-- A caller that tags its call waits until its own subscription has
+-- delivered the tagged message, so the message goes out even with no
+-- change.
 local changes = {}
 local wake = false
 local function changed(id, st, v)
   changes[#changes + 1] = id .. ':' .. st .. ':' .. v
 end
 local function publish()
-  if #changes > 0 then
-    -- Bounded messages: a subscriber's buffer is per message.
-    for i = 1, #changes, 200 do
-      redis.call('PUBLISH', P .. 'ch', 'c' .. table.concat(changes, ',', i, math.min(i + 199, #changes)))
-    end
-  end
   if wake then redis.call('PUBLISH', P .. 'ch', 'w') end
+  if #changes == 0 and TAG == '' then return end
+  -- Bounded messages: a subscriber's buffer is per message.
+  for i = 1, math.max(#changes, 1), 200 do
+    local last = i + 199 >= #changes
+    local tag = ''
+    if last then tag = TAG end
+    redis.call('PUBLISH', P .. 'ch', 'c' .. tag .. '|' .. table.concat(changes, ',', i, math.min(i + 199, #changes)))
+  end
 end
 
 local function bump(id) return redis.call('HINCRBY', jk(id), 'v', 1) end
