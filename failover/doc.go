@@ -25,4 +25,15 @@
 //
 // [Config.OnEvent] receives [EventBlocked] and [EventUnblocked]. It is
 // called synchronously and must not block.
+//
+// # Strategies shared by several processes
+//
+// A Strategy whose pairs live in a store shared by several processes (the
+// adapter modules queue/pgqueue and queue/redisqueue each have one)
+// decides with [Rules], as SmartFailover does, and keeps in memory a
+// [SharedView] of the store's blocks: fed with the changes the store
+// makes and notifies, each numbered so that one delivered late is
+// ignored, it answers Allowed without I/O, ends blocks by the store's
+// clock and announces each block and unblock once, whichever process
+// decided it.
 package failover

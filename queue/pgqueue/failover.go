@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -31,13 +29,16 @@ const DefaultFailoverRefresh = 30 * time.Second
 // restart) remembers the blocks in force. It decides with the same
 // failover.Rules as failover.SmartFailover, from the same failover.Config.
 //
-// Allowed and Blocked read an in-memory view of the blocks, kept fresh by
-// LISTEN/NOTIFY on the schema's channel (every change of a block is
-// announced by the process that wrote it) and, should a notification be
-// lost, read again in full every RefreshInterval and whenever the
-// listening connection is re-established. Blocks end by the database's
-// clock: the view corrects for this process's clock being off. Each
-// RecordFailure and RecordSuccess is one short transaction.
+// Allowed and Blocked read an in-memory view of the blocks (a
+// failover.SharedView), kept fresh by LISTEN/NOTIFY on the schema's
+// channel (every change of a block is numbered, see
+// migrations/005_failover_changes.sql, and announced by the process that
+// made it, so a notification delivered after a newer change of its pair
+// is ignored) and, should a notification be lost, read again in full
+// every RefreshInterval and whenever the listening connection is
+// re-established. Blocks end by the database's clock: the view corrects
+// for this process's clock being off. Each RecordFailure and
+// RecordSuccess is one short transaction.
 //
 // Give it to pool.Config.FailoverStrategy. It implements
 // pool.UnblockNotifier (a block's end wakes the Pool's dispatcher),
@@ -49,29 +50,16 @@ const DefaultFailoverRefresh = 30 * time.Second
 // stops it (the Pool does not). It does not close db.
 type Failover struct {
 	rules   *failover.Rules
-	onEvent func(failover.Event)
+	view    *failover.SharedView
 	db      *pgxpool.Pool
-	table   string // schema-qualified, quoted
+	table   string // failover_pairs, schema-qualified, quoted
+	changes string // failover_changes, schema-qualified, quoted
 	channel string
 	refresh time.Duration
 	log     *slog.Logger
 
-	unblocked chan struct{} // 1-buffered, coalescing
-	// subs are SubscribeEvents' functions. subMu is read-locked while
-	// emit calls them, so that an unsubscribe returns only once its
-	// function is no longer called.
-	subMu  sync.RWMutex
-	subs   map[*func(failover.Event)]struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	blocked map[failover.Key]time.Time // the view: blocks in force, until (database clock)
-	shown   map[failover.Key]time.Time // the blocks last announced to OnEvent
-	writing map[failover.Key]int       // this process's writes under way, by pair
-	offset  time.Duration              // database clock minus this process's, at the last full read
-	timer   *time.Timer                // fires at the earliest end of a block in the view
-	closed  bool
 }
 
 // FailoverConfig configures a Failover. The zero value is usable.
@@ -127,17 +115,14 @@ func NewFailover(ctx context.Context, db *pgxpool.Pool, cfg *FailoverConfig) (*F
 		return nil, fmt.Errorf("pgqueue: FailoverConfig.Failover: %w", err)
 	}
 	f := &Failover{
-		rules: rules, onEvent: rules.Config().OnEvent, db: db,
+		rules:   rules,
+		view:    failover.NewSharedView(&failover.SharedViewConfig{OnEvent: rules.Config().OnEvent}),
+		db:      db,
 		table:   pgx.Identifier{c.Schema, "failover_pairs"}.Sanitize(),
+		changes: pgx.Identifier{c.Schema, "failover_changes"}.Sanitize(),
 		channel: failoverChannel(c.Schema),
 		refresh: c.RefreshInterval,
 		log:     c.Logger.With("component", "pgqueue.failover"),
-
-		unblocked: make(chan struct{}, 1),
-		subs:      map[*func(failover.Event)]struct{}{},
-		blocked:   map[failover.Key]time.Time{},
-		shown:     map[failover.Key]time.Time{},
-		writing:   map[failover.Key]int{},
 	}
 	// LISTEN before the first read: a change made in between is then
 	// both read and notified, never missed.
@@ -147,6 +132,7 @@ func NewFailover(ctx context.Context, db *pgxpool.Pool, cfg *FailoverConfig) (*F
 	}
 	if err := f.reload(ctx); err != nil {
 		closeConn(conn)
+		f.view.Close()
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
@@ -167,83 +153,69 @@ func failoverChannel(schema string) string {
 	return prefix + hex.EncodeToString(sum[:16])
 }
 
-// pairNote is the payload of a notification: a pair's block as written.
+// pairNote is the payload of a notification: a pair's block as a
+// numbered change left it.
 type pairNote struct {
 	Backend  string `json:"b"`
 	Workflow string `json:"w"`
 	// Until is the block's end in Unix microseconds; 0: not blocked.
 	Until int64 `json:"u,omitempty"`
+	// Change is the change's number (failover_changes); 0 from a process
+	// of a version that did not number them.
+	Change int64 `json:"n,omitempty"`
 }
 
 // Allowed implements failover.Strategy from the view: it does no I/O.
-func (f *Failover) Allowed(k failover.Key) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.blocked[k]
-	return !ok || !f.nowLocked().Before(until)
-}
+func (f *Failover) Allowed(k failover.Key) bool { return f.view.Allowed(k) }
 
 // BlockedUntil returns when k's block ends, by the database's clock, and
 // whether it is blocked, from the view.
-func (f *Failover) BlockedUntil(k failover.Key) (time.Time, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.blocked[k]
-	if !ok || !f.nowLocked().Before(until) {
-		return time.Time{}, false
-	}
-	return until, true
-}
+func (f *Failover) BlockedUntil(k failover.Key) (time.Time, bool) { return f.view.BlockedUntil(k) }
 
 // Blocked returns the pairs blocked now, with when each block ends (by
 // the database's clock), from the view. It implements pool.BlockLister.
-func (f *Failover) Blocked() map[failover.Key]time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.nowLocked()
-	out := map[failover.Key]time.Time{}
-	for k, until := range f.blocked {
-		if now.Before(until) {
-			out[k] = until
-		}
-	}
-	return out
-}
+func (f *Failover) Blocked() map[failover.Key]time.Time { return f.view.Blocked() }
 
 // Unblocked implements pool.UnblockNotifier: it receives a value when a
 // block in the view ended or was cleared, before that EventUnblocked
 // reaches OnEvent.
-func (f *Failover) Unblocked() <-chan struct{} { return f.unblocked }
-
-// nowLocked is the database's clock as this process estimates it.
-func (f *Failover) nowLocked() time.Time { return time.Now().Add(f.offset) }
+func (f *Failover) Unblocked() <-chan struct{} { return f.view.Unblocked() }
 
 // writeTimeout bounds a RecordFailure or RecordSuccess, which take no
 // context (failover.Strategy).
 const writeTimeout = 10 * time.Second
 
-// RecordSuccess implements failover.Strategy: it deletes the pair, and
-// announces the end of its block if it was blocked.
+// RecordSuccess implements failover.Strategy in one statement: it deletes
+// the pair and, if it was blocked, numbers and announces the end of its
+// block. When the database cannot be written, the pair is still allowed
+// here (it just worked) until a newer change or read says otherwise.
 func (f *Failover) RecordSuccess(k failover.Key) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	f.beginWrite(k)
-	defer f.endWrite(k)
-	note, _ := json.Marshal(pairNote{Backend: k.Backend, Workflow: k.Workflow})
-	// The notice goes out only for a pair blocked now, and on commit.
-	_, err := f.db.Exec(ctx, `WITH gone AS (
-		DELETE FROM `+f.table+` WHERE backend = $1 AND workflow = $2 RETURNING blocked_until)
-	SELECT pg_notify($3, $4) FROM gone WHERE blocked_until > now()`, k.Backend, k.Workflow, f.channel, string(note))
+	w := f.view.BeginWrite(k)
+	// The number: the unblock's, or (no block ended) the last change's,
+	// which the deletion is current with. The notice goes out on commit.
+	var n int64
+	err := f.db.QueryRow(ctx, `WITH gone AS (
+		DELETE FROM `+f.table+` WHERE backend = $1 AND workflow = $2 RETURNING blocked_until > now() AS was),
+	bump AS (
+		UPDATE `+f.changes+` SET last_change = last_change + 1
+		WHERE (SELECT coalesce(bool_or(was), false) FROM gone) RETURNING last_change)
+	SELECT coalesce((SELECT last_change FROM bump), (SELECT last_change FROM `+f.changes+`)),
+		(SELECT count(pg_notify($3, json_build_object('b', $1::text, 'w', $2::text, 'n', last_change)::text)) FROM bump)`,
+		k.Backend, k.Workflow, f.channel).Scan(&n, nil)
 	if err != nil {
 		f.log.Warn("failover success not recorded", "backend", k.Backend, "workflow", k.Workflow, "error", err)
+		n = 0 // unnumbered: this process's say only
 	}
-	f.apply(k, time.Time{}, nil, true)
+	w.Done(failover.Change{Seq: n}, nil)
 }
 
 // RecordFailure implements failover.Strategy: a backend fault updates the
 // pair in one transaction (the row locked: processes failing at once
-// count every failure) with failover.Rules, and announces a block. When
-// the database cannot be written, the failure is logged and not counted.
+// count every failure) with failover.Rules, and numbers and announces a
+// block. When the database cannot be written, the failure is logged and
+// not counted.
 func (f *Failover) RecordFailure(k failover.Key, err error) failover.Class {
 	class := f.rules.Classify(err)
 	if !f.rules.Counts(class) {
@@ -251,11 +223,12 @@ func (f *Failover) RecordFailure(k failover.Key, err error) failover.Class {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	f.beginWrite(k)
-	defer f.endWrite(k)
+	w := f.view.BeginWrite(k)
+	defer w.Abort() // a failure that did not block (or was not recorded)
 	var next failover.Pair
 	var blocked bool
 	var failures int
+	var n int64
 	werr := pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO `+f.table+` (backend, workflow) VALUES ($1, $2) ON CONFLICT DO NOTHING`, k.Backend, k.Workflow); err != nil {
 			return err
@@ -283,140 +256,24 @@ func (f *Failover) RecordFailure(k failover.Key, err error) failover.Class {
 		if !blocked {
 			return nil
 		}
-		note, _ := json.Marshal(pairNote{Backend: k.Backend, Workflow: k.Workflow, Until: next.Until.UnixMicro()})
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, f.channel, string(note))
-		return err
+		// The pair's row is locked, then the number's: every change
+		// takes them in this order.
+		return tx.QueryRow(ctx, `WITH bump AS (
+			UPDATE `+f.changes+` SET last_change = last_change + 1 RETURNING last_change)
+		SELECT last_change, pg_notify($1, json_build_object('b', $2::text, 'w', $3::text, 'u', $4::bigint, 'n', last_change)::text) FROM bump`,
+			f.channel, k.Backend, k.Workflow, next.Until.UnixMicro()).Scan(&n, nil)
 	})
 	if werr != nil {
 		f.log.Warn("failover failure not recorded", "backend", k.Backend, "workflow", k.Workflow, "error", werr)
 		return class
 	}
 	if blocked {
-		f.apply(k, next.Until, &failover.Event{Kind: failover.EventBlocked, Key: k, Until: next.Until, Failures: failures, Err: err}, true)
+		// As written: microseconds.
+		until := time.UnixMicro(next.Until.UnixMicro())
+		w.Done(failover.Change{Until: until, Seq: n},
+			&failover.Event{Kind: failover.EventBlocked, Key: k, Until: until, Failures: failures, Err: err})
 	}
 	return class
-}
-
-// apply sets k's block in the view (zero until: none) and announces
-// what changed since the last announcement of k: a block (ev, or a plain
-// EventBlocked when ev is nil), or the end of one. own is set for this
-// process's writes: while one is under way for k, a notification about k
-// (maybe its own, arriving before the write returns) updates the view
-// without announcing, so that the write announces with its failures and
-// error.
-func (f *Failover) apply(k failover.Key, until time.Time, ev *failover.Event, own bool) {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return
-	}
-	now := f.nowLocked()
-	active := !until.IsZero() && now.Before(until)
-	if active {
-		f.blocked[k] = until
-	} else {
-		delete(f.blocked, k)
-	}
-	f.scheduleLocked()
-	var out *failover.Event
-	shown, wasShown := f.shown[k]
-	switch {
-	case !own && f.writing[k] > 0:
-	case active && !(wasShown && shown.Equal(until)):
-		f.shown[k] = until
-		out = ev
-		if out == nil {
-			out = &failover.Event{Kind: failover.EventBlocked, Key: k, Until: until}
-		}
-	case !active && wasShown:
-		delete(f.shown, k)
-		out = &failover.Event{Kind: failover.EventUnblocked, Key: k}
-	}
-	f.mu.Unlock()
-	if out != nil {
-		f.emit(*out)
-	}
-}
-
-// beginWrite and endWrite bracket this process's write of k (see apply).
-func (f *Failover) beginWrite(k failover.Key) {
-	f.mu.Lock()
-	f.writing[k]++
-	f.mu.Unlock()
-}
-
-func (f *Failover) endWrite(k failover.Key) {
-	f.mu.Lock()
-	if f.writing[k]--; f.writing[k] <= 0 {
-		delete(f.writing, k)
-	}
-	f.mu.Unlock()
-}
-
-// scheduleLocked arms the timer for the earliest end of a block in the
-// view.
-func (f *Failover) scheduleLocked() {
-	var next time.Time
-	for _, until := range f.blocked {
-		if next.IsZero() || until.Before(next) {
-			next = until
-		}
-	}
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	if next.IsZero() {
-		return
-	}
-	f.timer = time.AfterFunc(next.Sub(f.nowLocked()), f.expire)
-}
-
-// expire drops the blocks that ended from the view and emits their
-// EventUnblocked.
-func (f *Failover) expire() {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return
-	}
-	now := f.nowLocked()
-	var ended []failover.Key
-	for k, until := range f.blocked {
-		if !now.Before(until) {
-			delete(f.blocked, k)
-			if _, ok := f.shown[k]; ok {
-				delete(f.shown, k)
-				ended = append(ended, k)
-			}
-		}
-	}
-	f.scheduleLocked()
-	f.mu.Unlock()
-	for _, k := range ended {
-		f.emit(failover.Event{Kind: failover.EventUnblocked, Key: k})
-	}
-}
-
-// emit wakes Unblocked's reader for an unblock, then passes ev to
-// OnEvent and to the subscribers: in this order, whoever learns of an
-// unblock from the event finds Unblocked fired (the view changed before
-// emit was called).
-func (f *Failover) emit(ev failover.Event) {
-	if ev.Kind == failover.EventUnblocked {
-		select {
-		case f.unblocked <- struct{}{}:
-		default:
-		}
-	}
-	if f.onEvent != nil {
-		f.onEvent(ev)
-	}
-	f.subMu.RLock()
-	defer f.subMu.RUnlock()
-	for fn := range f.subs {
-		(*fn)(ev)
-	}
 }
 
 // SubscribeEvents implements pool.FailoverEventSource: fn receives, from
@@ -430,59 +287,37 @@ func (f *Failover) emit(ev failover.Event) {
 //
 // fn is called after OnEvent, from RecordFailure, RecordSuccess, the
 // listener and the view's timer, possibly at once; it must not block
-// nor call unsubscribe. After unsubscribe returns fn is not called
-// again; unsubscribe may be called more than once.
+// nor call unsubscribe or Close. After unsubscribe returns fn is not
+// called again; unsubscribe may be called more than once.
 func (f *Failover) SubscribeEvents(fn func(failover.Event)) (unsubscribe func()) {
-	p := &fn
-	f.subMu.Lock()
-	f.subs[p] = struct{}{}
-	f.subMu.Unlock()
-	return func() {
-		f.subMu.Lock()
-		delete(f.subs, p)
-		f.subMu.Unlock()
-	}
+	return f.view.SubscribeEvents(fn)
 }
 
-// reload reads every block in force and replaces the view with them,
-// measuring this process's clock against the database's.
+// reload reads every block in force, with the number of the last change
+// the read reflects, and brings the view to them, measuring this
+// process's clock against the database's.
 func (f *Failover) reload(ctx context.Context) error {
-	before := time.Now()
-	rows, err := f.db.Query(ctx, `SELECT backend, workflow, blocked_until, now() FROM `+f.table+` WHERE blocked_until > now()
-		UNION ALL SELECT NULL, NULL, NULL, now()`)
-	if err != nil {
-		return fmt.Errorf("pgqueue: read failover blocks: %w", err)
-	}
-	fresh := map[failover.Key]time.Time{}
-	var dbNow time.Time
-	var backend, workflow *string
-	var until *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&backend, &workflow, &until, &dbNow}, func() error {
-		if backend != nil && until != nil {
-			fresh[failover.Key{Backend: *backend, Workflow: *workflow}] = *until
+	err := f.view.Refresh(func() (failover.Snapshot, error) {
+		// One statement, one snapshot: the number and the blocks agree.
+		rows, err := f.db.Query(ctx, `SELECT backend, workflow, blocked_until, now(), (SELECT last_change FROM `+f.changes+`)
+			FROM `+f.table+` WHERE blocked_until > now()
+			UNION ALL SELECT NULL, NULL, NULL, now(), (SELECT last_change FROM `+f.changes+`)`)
+		if err != nil {
+			return failover.Snapshot{}, err
 		}
-		return nil
+		s := failover.Snapshot{Blocks: map[failover.Key]time.Time{}}
+		var backend, workflow *string
+		var until *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&backend, &workflow, &until, &s.Now, &s.Seq}, func() error {
+			if backend != nil && until != nil {
+				s.Blocks[failover.Key{Backend: *backend, Workflow: *workflow}] = *until
+			}
+			return nil
+		})
+		return s, err
 	})
 	if err != nil {
 		return fmt.Errorf("pgqueue: read failover blocks: %w", err)
-	}
-	after := time.Now()
-	local := before.Add(after.Sub(before) / 2)
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return nil
-	}
-	f.offset = dbNow.Sub(local)
-	old := slices.Collect(maps.Keys(f.blocked)) // apply changes f.blocked
-	f.mu.Unlock()
-	for _, k := range old {
-		if _, ok := fresh[k]; !ok {
-			f.apply(k, time.Time{}, nil, false) // cleared while we did not listen
-		}
-	}
-	for k, until := range fresh {
-		f.apply(k, until, nil, false)
 	}
 	return nil
 }
@@ -578,24 +413,20 @@ func (f *Failover) follow(ctx context.Context, conn *pgx.Conn) error {
 		if note.Until != 0 {
 			until = time.UnixMicro(note.Until)
 		}
-		f.apply(failover.Key{Backend: note.Backend, Workflow: note.Workflow}, until, nil, false)
+		f.view.Apply(failover.Key{Backend: note.Backend, Workflow: note.Workflow}, failover.Change{Until: until, Seq: note.Change})
 	}
 }
 
-// Close stops following changes and the view's timer; no event is
-// emitted after it returns. It does not change the database. ctx bounds
-// the wait for the listener to end.
+// Close stops following changes and the view's timer; it waits for the
+// events being emitted, and none is emitted after it returns, so it must
+// not be called from OnEvent or a SubscribeEvents function. It does not
+// change the database. ctx bounds the wait for the listener to end. It
+// may be called more than once.
 func (f *Failover) Close(ctx context.Context) error {
-	f.mu.Lock()
-	f.closed = true
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	f.mu.Unlock()
+	f.view.Close()
 	f.cancel()
 	done := make(chan struct{})
-	go func() { f.wg.Wait(); close(done) }()
+	go func() { f.wg.Wait(); close(done) }() // ends with the listener
 	select {
 	case <-done:
 		return nil

@@ -9,13 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,7 +30,8 @@ const DefaultFailoverRefresh = 30 * time.Second
 // restart) remembers the blocks in force. It decides with the same
 // failover.Rules as failover.SmartFailover, from the same failover.Config.
 //
-// Allowed and Blocked read an in-memory view of the blocks, kept fresh by
+// Allowed and Blocked read an in-memory view of the blocks (a
+// failover.SharedView), kept fresh by
 // the Prefix's pub/sub channel "{Prefix}:fo:changes" (every change of a
 // block is numbered and published by the script that makes it, so a
 // message delivered after a newer change of its pair is ignored) and,
@@ -65,7 +63,7 @@ const DefaultFailoverRefresh = 30 * time.Second
 // stops it (the Pool does not). It does not close the client.
 type Failover struct {
 	rules   *failover.Rules
-	onEvent func(failover.Event)
+	view    *failover.SharedView
 	c       redis.UniversalClient
 	pairs   string // key: member -> encoded failover.Pair
 	until   string // key: member by block end (µs)
@@ -76,30 +74,9 @@ type Failover struct {
 	testNow func() time.Time
 	log     *slog.Logger
 
-	ps        *redis.PubSub
-	unblocked chan struct{} // 1-buffered, coalescing
-	// subs are SubscribeEvents' functions. subMu is read-locked while
-	// emit calls OnEvent and them, so that an unsubscribe (and Close)
-	// returns only once no call is under way.
-	subMu  sync.RWMutex
-	subs   map[*func(failover.Event)]struct{}
-	done   atomic.Bool // set by Close: no more events
+	ps     *redis.PubSub
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	blocked map[failover.Key]time.Time // the view: blocks in force, until (server clock)
-	shown   map[failover.Key]time.Time // the blocks last announced to OnEvent
-	writing map[failover.Key]int       // this process's writes under way, by pair
-	// known is the number of the last change of each pair the view holds
-	// (see the seq key), for those changed after floor, the number of the
-	// last full read: a message or write older than what the view holds
-	// of its pair (delivered late) is ignored.
-	known  map[failover.Key]int64
-	floor  int64
-	offset time.Duration // server clock minus this process's, at the last full read
-	timer  *time.Timer   // fires at the earliest end of a block in the view
-	closed bool
 }
 
 // FailoverConfig configures a Failover. The zero value is usable.
@@ -167,7 +144,10 @@ func NewFailover(ctx context.Context, c redis.UniversalClient, cfg *FailoverConf
 	}
 	ns := keyNamespace(cmp.Or(conf.Prefix, DefaultPrefix)) + "fo:"
 	f := &Failover{
-		rules: rules, onEvent: rules.Config().OnEvent, c: c,
+		rules: rules,
+		view: failover.NewSharedView(&failover.SharedViewConfig{OnEvent: rules.Config().OnEvent,
+			Test: failover.SharedViewTestConfig{Now: conf.Test.Now}}),
+		c:       c,
 		pairs:   ns + "pairs",
 		until:   ns + "until",
 		seq:     ns + "seq",
@@ -176,23 +156,18 @@ func NewFailover(ctx context.Context, c redis.UniversalClient, cfg *FailoverConf
 		refresh: conf.RefreshInterval,
 		testNow: conf.Test.Now,
 		log:     conf.Logger.With("component", "redisqueue.failover"),
-
-		unblocked: make(chan struct{}, 1),
-		subs:      map[*func(failover.Event)]struct{}{},
-		blocked:   map[failover.Key]time.Time{},
-		shown:     map[failover.Key]time.Time{},
-		writing:   map[failover.Key]int{},
-		known:     map[failover.Key]int64{},
 	}
 	// Subscribed before the first read: a change made in between is then
 	// both read and published to us, never missed.
 	f.ps = c.Subscribe(ctx)
 	if err := f.subscribe(ctx); err != nil {
 		_ = f.ps.Close()
+		f.view.Close()
 		return nil, wrapErr("subscribe to failover changes", err)
 	}
 	if err := f.reload(ctx); err != nil {
 		_ = f.ps.Close()
+		f.view.Close()
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
@@ -281,53 +256,20 @@ func writeToken() string {
 }
 
 // Allowed implements failover.Strategy from the view: it does no I/O.
-func (f *Failover) Allowed(k failover.Key) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.blocked[k]
-	return !ok || !f.nowLocked().Before(until)
-}
+func (f *Failover) Allowed(k failover.Key) bool { return f.view.Allowed(k) }
 
 // BlockedUntil returns when k's block ends, by the server's clock, and
 // whether it is blocked, from the view.
-func (f *Failover) BlockedUntil(k failover.Key) (time.Time, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.blocked[k]
-	if !ok || !f.nowLocked().Before(until) {
-		return time.Time{}, false
-	}
-	return until, true
-}
+func (f *Failover) BlockedUntil(k failover.Key) (time.Time, bool) { return f.view.BlockedUntil(k) }
 
 // Blocked returns the pairs blocked now, with when each block ends (by
 // the server's clock), from the view. It implements pool.BlockLister.
-func (f *Failover) Blocked() map[failover.Key]time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.nowLocked()
-	out := map[failover.Key]time.Time{}
-	for k, until := range f.blocked {
-		if now.Before(until) {
-			out[k] = until
-		}
-	}
-	return out
-}
+func (f *Failover) Blocked() map[failover.Key]time.Time { return f.view.Blocked() }
 
 // Unblocked implements pool.UnblockNotifier: it receives a value when a
 // block in the view ended or was cleared, before that EventUnblocked
 // reaches OnEvent.
-func (f *Failover) Unblocked() <-chan struct{} { return f.unblocked }
-
-// nowLocked is the server's clock as this process estimates it (the test
-// clock when set).
-func (f *Failover) nowLocked() time.Time {
-	if f.testNow != nil {
-		return f.testNow()
-	}
-	return time.Now().Add(f.offset)
-}
+func (f *Failover) Unblocked() <-chan struct{} { return f.view.Unblocked() }
 
 // writeTimeout bounds a RecordFailure or RecordSuccess, which take no
 // context (failover.Strategy), and the wait for a subscription.
@@ -429,16 +371,15 @@ return out
 func (f *Failover) RecordSuccess(k failover.Key) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	f.beginWrite(k)
-	defer f.endWrite(k)
+	w := f.view.BeginWrite(k)
 	note, _ := json.Marshal(pairNote{Backend: k.Backend, Workflow: k.Workflow})
 	n, err := successScript.Run(ctx, f.c, []string{f.pairs, f.until, f.seq}, member(k), f.channel, string(note), clockArg(f.testNow)).Int64()
 	if err != nil {
 		f.log.Warn("failover success not recorded", "backend", k.Backend, "workflow", k.Workflow,
 			"error", wrapErr("record failover success", err))
-		n = -1
+		n = 0 // unnumbered: this process's say only
 	}
-	f.apply(k, time.Time{}, n, nil, true)
+	w.Done(failover.Change{Seq: n}, nil)
 }
 
 // RecordFailure implements failover.Strategy: a backend fault updates the
@@ -452,15 +393,16 @@ func (f *Failover) RecordFailure(k failover.Key, err error) failover.Class {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	f.beginWrite(k)
-	defer f.endWrite(k)
+	w := f.view.BeginWrite(k)
+	defer w.Abort() // a failure that did not block (or was not recorded)
 	next, blocked, failures, n, werr := f.fail(ctx, k)
 	if werr != nil {
 		f.log.Warn("failover failure not recorded", "backend", k.Backend, "workflow", k.Workflow, "error", werr)
 		return class
 	}
 	if blocked {
-		f.apply(k, next.Until, n, &failover.Event{Kind: failover.EventBlocked, Key: k, Until: next.Until, Failures: failures, Err: err}, true)
+		w.Done(failover.Change{Until: next.Until, Seq: n},
+			&failover.Event{Kind: failover.EventBlocked, Key: k, Until: next.Until, Failures: failures, Err: err})
 	}
 	return class
 }
@@ -514,149 +456,6 @@ func (f *Failover) fail(ctx context.Context, k failover.Key) (next failover.Pair
 	return failover.Pair{}, false, 0, 0, fmt.Errorf("redisqueue: %s: the pair changed %d times in a row", op, maxFailAttempts)
 }
 
-// apply brings what change number n says of k into the view (zero
-// until: not blocked), unless the view knows a newer change of k (see
-// Failover.known), and announces what changed since the last
-// announcement of k: a block (ev when it is this block, else a plain
-// EventBlocked), or the end of one. own is set for this process's
-// writes (n -1: a write that failed, applied here only): while one is
-// under way for k, a message about k (maybe its own, arriving before the
-// write returns) or a full read updates the view without announcing, so
-// that the write announces with its failures and error.
-func (f *Failover) apply(k failover.Key, until time.Time, n int64, ev *failover.Event, own bool) {
-	f.mu.Lock()
-	out := f.applyLocked(k, until, n, ev, own)
-	f.mu.Unlock()
-	if out != nil {
-		f.emit(*out)
-	}
-}
-
-// applyLocked is apply's change of the view; it returns the event to
-// emit, if any. Caller holds f.mu.
-func (f *Failover) applyLocked(k failover.Key, until time.Time, n int64, ev *failover.Event, own bool) *failover.Event {
-	if f.closed {
-		return nil
-	}
-	known := max(f.known[k], f.floor)
-	if n == -1 {
-		n = known // this process's say only: as new as what it knows
-	}
-	if n >= known {
-		if n > f.floor {
-			f.known[k] = n
-		}
-		if !until.IsZero() && f.nowLocked().Before(until) {
-			f.blocked[k] = until
-		} else {
-			delete(f.blocked, k)
-		}
-		f.scheduleLocked()
-	}
-	if !own && f.writing[k] > 0 {
-		return nil
-	}
-	until, active := f.blocked[k]
-	active = active && f.nowLocked().Before(until)
-	shown, wasShown := f.shown[k]
-	switch {
-	case active && !(wasShown && shown.Equal(until)):
-		f.shown[k] = until
-		if ev != nil && ev.Kind == failover.EventBlocked && ev.Until.Equal(until) {
-			return ev
-		}
-		return &failover.Event{Kind: failover.EventBlocked, Key: k, Until: until}
-	case !active && wasShown:
-		delete(f.shown, k)
-		return &failover.Event{Kind: failover.EventUnblocked, Key: k}
-	}
-	return nil
-}
-
-// beginWrite and endWrite bracket this process's write of k (see apply).
-func (f *Failover) beginWrite(k failover.Key) {
-	f.mu.Lock()
-	f.writing[k]++
-	f.mu.Unlock()
-}
-
-func (f *Failover) endWrite(k failover.Key) {
-	f.mu.Lock()
-	if f.writing[k]--; f.writing[k] <= 0 {
-		delete(f.writing, k)
-	}
-	f.mu.Unlock()
-}
-
-// scheduleLocked arms the timer for the earliest end of a block in the
-// view.
-func (f *Failover) scheduleLocked() {
-	var next time.Time
-	for _, until := range f.blocked {
-		if next.IsZero() || until.Before(next) {
-			next = until
-		}
-	}
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	if next.IsZero() {
-		return
-	}
-	f.timer = time.AfterFunc(next.Sub(f.nowLocked()), f.expire)
-}
-
-// expire drops the blocks that ended from the view and emits their
-// EventUnblocked.
-func (f *Failover) expire() {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return
-	}
-	now := f.nowLocked()
-	var ended []failover.Key
-	for k, until := range f.blocked {
-		if !now.Before(until) {
-			delete(f.blocked, k)
-			if _, ok := f.shown[k]; ok {
-				delete(f.shown, k)
-				ended = append(ended, k)
-			}
-		}
-	}
-	f.scheduleLocked()
-	f.mu.Unlock()
-	for _, k := range ended {
-		f.emit(failover.Event{Kind: failover.EventUnblocked, Key: k})
-	}
-}
-
-// emit wakes Unblocked's reader for an unblock, then passes ev to
-// OnEvent and to the subscribers: in this order, whoever learns of an
-// unblock from the event finds Unblocked fired (the view changed before
-// emit was called). Nothing is emitted once Close began.
-func (f *Failover) emit(ev failover.Event) {
-	f.subMu.RLock()
-	defer f.subMu.RUnlock()
-	if f.done.Load() {
-		return
-	}
-	if ev.Kind == failover.EventUnblocked {
-		select {
-		case f.unblocked <- struct{}{}:
-		default:
-		}
-	}
-	if f.onEvent != nil {
-		f.onEvent(ev)
-	}
-	for fn := range f.subs {
-		(*fn)(ev)
-	}
-}
-
 // SubscribeEvents implements pool.FailoverEventSource: fn receives, from
 // now on, every event OnEvent receives (see FailoverConfig.Failover):
 // EventBlocked for the blocks this process records and for those it
@@ -668,77 +467,40 @@ func (f *Failover) emit(ev failover.Event) {
 //
 // fn is called after OnEvent, from RecordFailure, RecordSuccess, the
 // listener and the view's timer, possibly at once; it must not block
-// nor call unsubscribe. After unsubscribe returns fn is not called
-// again; unsubscribe may be called more than once.
+// nor call unsubscribe or Close. After unsubscribe returns fn is not
+// called again; unsubscribe may be called more than once.
 func (f *Failover) SubscribeEvents(fn func(failover.Event)) (unsubscribe func()) {
-	p := &fn
-	f.subMu.Lock()
-	f.subs[p] = struct{}{}
-	f.subMu.Unlock()
-	return func() {
-		f.subMu.Lock()
-		delete(f.subs, p)
-		f.subMu.Unlock()
-	}
+	return f.view.SubscribeEvents(fn)
 }
 
-// reload reads every block in force and replaces the view with them,
-// measuring this process's clock against the server's.
+// reload reads every block in force, with the number of the last change
+// the read reflects (one script: they agree), and brings the view to
+// them, measuring this process's clock against the server's.
 func (f *Failover) reload(ctx context.Context) error {
 	const op = "read failover blocks"
-	before := time.Now()
-	res, err := blocksScript.Run(ctx, f.c, []string{f.until, f.seq}, clockArg(f.testNow)).Slice()
-	if err != nil {
-		return wrapErr(op, err)
-	}
-	after := time.Now()
-	if len(res) < 2 || len(res)%2 != 0 {
-		return fmt.Errorf("redisqueue: %s: unexpected reply of %d values", op, len(res))
-	}
-	serverNow, _ := res[0].(int64)
-	n, _ := res[1].(int64)
-	fresh := map[failover.Key]time.Time{}
-	for i := 2; i < len(res); i += 2 {
-		m, _ := res[i].(string)
-		us, _ := res[i+1].(int64)
-		k, ok := parseMember(m)
-		if !ok {
-			f.log.Warn("failover pair not understood", "member", m)
-			continue
+	return f.view.Refresh(func() (failover.Snapshot, error) {
+		res, err := blocksScript.Run(ctx, f.c, []string{f.until, f.seq}, clockArg(f.testNow)).Slice()
+		if err != nil {
+			return failover.Snapshot{}, wrapErr(op, err)
 		}
-		fresh[k] = time.UnixMicro(us)
-	}
-	local := before.Add(after.Sub(before) / 2)
-	var out []failover.Event
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return nil
-	}
-	f.offset = time.UnixMicro(serverNow).Sub(local)
-	if n < f.floor { // the numbers started again: the keys were deleted
-		f.floor = 0
-		clear(f.known)
-	}
-	for _, k := range slices.Collect(maps.Keys(f.blocked)) {
-		if _, ok := fresh[k]; !ok {
-			if ev := f.applyLocked(k, time.Time{}, n, nil, false); ev != nil { // cleared while we did not listen
-				out = append(out, *ev)
+		if len(res) < 2 || len(res)%2 != 0 {
+			return failover.Snapshot{}, fmt.Errorf("redisqueue: %s: unexpected reply of %d values", op, len(res))
+		}
+		serverNow, _ := res[0].(int64)
+		n, _ := res[1].(int64)
+		s := failover.Snapshot{Blocks: map[failover.Key]time.Time{}, Seq: n, Now: time.UnixMicro(serverNow)}
+		for i := 2; i < len(res); i += 2 {
+			m, _ := res[i].(string)
+			us, _ := res[i+1].(int64)
+			k, ok := parseMember(m)
+			if !ok {
+				f.log.Warn("failover pair not understood", "member", m)
+				continue
 			}
+			s.Blocks[k] = time.UnixMicro(us)
 		}
-	}
-	for k, until := range fresh {
-		if ev := f.applyLocked(k, until, n, nil, false); ev != nil {
-			out = append(out, *ev)
-		}
-	}
-	f.floor = n
-	maps.DeleteFunc(f.known, func(_ failover.Key, c int64) bool { return c <= n }) // the floor says as much
-	f.mu.Unlock()
-	for _, ev := range out {
-		f.emit(ev)
-	}
-	return nil
+		return s, nil
+	})
 }
 
 // listen follows the channel's messages until ctx ends, reading the
@@ -805,7 +567,7 @@ func (f *Failover) listen(ctx context.Context) {
 			if note.Until != 0 {
 				until = time.UnixMicro(note.Until)
 			}
-			f.apply(failover.Key{Backend: note.Backend, Workflow: note.Workflow}, until, n, nil, false)
+			f.view.Apply(failover.Key{Backend: note.Backend, Workflow: note.Workflow}, failover.Change{Until: until, Seq: n})
 		}
 	}
 }
@@ -816,16 +578,7 @@ func (f *Failover) listen(ctx context.Context) {
 // function. It does not change the keys. ctx bounds the wait for the
 // listener to end. It may be called more than once.
 func (f *Failover) Close(ctx context.Context) error {
-	f.mu.Lock()
-	f.closed = true
-	if f.timer != nil {
-		f.timer.Stop()
-		f.timer = nil
-	}
-	f.mu.Unlock()
-	f.subMu.Lock() // waits for the emits under way; later ones see done
-	f.done.Store(true)
-	f.subMu.Unlock()
+	f.view.Close() // waits for the events under way
 	f.cancel()
 	_ = f.ps.Close() // ends the listener's read
 	done := make(chan struct{})
