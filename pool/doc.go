@@ -177,8 +177,10 @@
 //   - failover blocks: a Config.FailoverStrategy kept in the database
 //     (one that is a [BlockLister] too), so a (backend, workflow) pair
 //     blocked by one process is skipped by all and a restart remembers
-//     it; pgqueue's Failover is a [FailoverEventSource] too, so every
-//     Pool's subscribers see the blocks any process records;
+//     it; pgqueue's and redisqueue's Failovers are [FailoverEventSource]s
+//     too, so every Pool's subscribers see the blocks any process
+//     records. Package pool/sharedtest is the conformance suite of such
+//     a Strategy and of a [BackendLeases];
 //   - dag executions: a dag.Executor on a dag.LeaseStore (pgqueue's
 //     DAGStore) runs each execution in one process at a time, and
 //     Executor.ResumeAbandoned takes over what a dead process left.

@@ -11,32 +11,6 @@ import (
 	"github.com/comfypool/comfypool/pool"
 )
 
-// MemoryBackendLeases as a HolderRegistry: an announce lasts its TTL,
-// returns every live holder, and a withdrawal ends it at once.
-func TestMemoryHolderRegistry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var m pool.MemoryBackendLeases
-		ctx := t.Context()
-		live, err := m.Announce(ctx, "a", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"a"}, live)
-		time.Sleep(2 * time.Second)
-		live, err = m.Announce(ctx, "b", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"a", "b"}, live)
-		time.Sleep(time.Second)
-		live, err = m.Announce(ctx, "b", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"b"}, live, "a's announcement expired")
-		_, err = m.Announce(ctx, "a", 3*time.Second)
-		require.NoError(t, err)
-		require.NoError(t, m.Withdraw(ctx, "a"))
-		live, err = m.Announce(ctx, "b", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"b"}, live, "withdrawn")
-	})
-}
-
 // driven counts the backends p drives now.
 func driven(p *pool.WorkflowPool) int {
 	n := 0

@@ -32,8 +32,9 @@ const DefaultBackendLeaseTTL = 30 * time.Second
 // leases expire.
 //
 // Implementations must be safe for concurrent use. [MemoryBackendLeases]
-// serves Pools of one process; package queue/pgqueue has one on
-// PostgreSQL for Pools of many.
+// serves Pools of one process; packages queue/pgqueue and
+// queue/redisqueue have one for Pools of many. Package pool/sharedtest
+// is the conformance suite an implementation runs.
 type BackendLeases interface {
 	// Acquire gives holder the lease on backend until ttl from now
 	// (renewing it when holder has it already), unless another holder's
@@ -76,7 +77,8 @@ type BackendLeases interface {
 // lists a backend it does not hold.
 //
 // Implementations must be safe for concurrent use. [MemoryBackendLeases]
-// implements it; so does package queue/pgqueue's BackendLeases.
+// implements it; so do the BackendLeases of packages queue/pgqueue and
+// queue/redisqueue.
 type HolderRegistry interface {
 	// Announce records holder as alive until ttl from now and returns
 	// the holders alive now, holder included, in any order.

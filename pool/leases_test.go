@@ -19,46 +19,6 @@ import (
 	"github.com/comfypool/comfypool/queue"
 )
 
-// MemoryBackendLeases: a lease held and unexpired is refused to others,
-// renewed by its holder, taken once expired, and released only by its
-// holder.
-func TestMemoryBackendLeases(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var m pool.MemoryBackendLeases
-		ctx := t.Context()
-		l, err := m.Acquire(ctx, "gpu-0", "a", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, pool.BackendLease{Holder: "a", Expires: time.Now().Add(3 * time.Second)}, l)
-		l, err = m.Acquire(ctx, "gpu-0", "b", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, "a", l.Holder, "held and unexpired: refused")
-		l, err = m.Acquire(ctx, "gpu-1", "b", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, "b", l.Holder, "another backend is free")
-
-		time.Sleep(2 * time.Second)
-		l, err = m.Acquire(ctx, "gpu-0", "a", 3*time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, pool.BackendLease{Holder: "a", Expires: time.Now().Add(3 * time.Second)}, l, "renewed")
-		time.Sleep(2 * time.Second)
-		l, err = m.Acquire(ctx, "gpu-0", "b", time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, "a", l.Holder, "the renewal counts from its own time")
-
-		time.Sleep(2 * time.Second)
-		l, err = m.Acquire(ctx, "gpu-0", "b", time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, "b", l.Holder, "expired: taken")
-
-		require.NoError(t, m.Release(ctx, "gpu-0", "a"), "not a's: nothing happens")
-		l, _ = m.Acquire(ctx, "gpu-0", "a", time.Second)
-		assert.Equal(t, "b", l.Holder)
-		require.NoError(t, m.Release(ctx, "gpu-0", "b"))
-		l, _ = m.Acquire(ctx, "gpu-0", "a", time.Second)
-		assert.Equal(t, "a", l.Holder, "released: free at once")
-	})
-}
-
 // takeAll hides the HolderRegistry of the BackendLeases it wraps: its
 // Pools take every backend they can, the first come taking all (the
 // behaviour without a registry). cuttable hides it too.

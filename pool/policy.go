@@ -142,7 +142,8 @@ type UnblockNotifier interface {
 // (the Pool's bus drops events for a subscriber that lags) and takes no
 // lock of the Pool's, so the Strategy may call it from any goroutine
 // holding locks of its own. After unsubscribe returns the Strategy must
-// not call fn again. queue/pgqueue's Failover implements it.
+// not call fn again. The Failovers of queue/pgqueue and queue/redisqueue
+// implement it.
 type FailoverEventSource interface {
 	SubscribeEvents(fn func(failover.Event)) (unsubscribe func())
 }
@@ -154,7 +155,7 @@ type FailoverEventSource interface {
 // (another Pool's, on a shared queue); without it, the Pool asks Allowed
 // about the workflows it knows to wait. Like Allowed, it is called on the
 // dispatch path and must be cheap. SmartFailover implements it, and so
-// does queue/pgqueue's Failover.
+// do the Failovers of queue/pgqueue and queue/redisqueue.
 type BlockLister interface {
 	Blocked() map[failover.Key]time.Time
 }
