@@ -355,7 +355,8 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 		defer ct.Stop() // after submit it only cancels cutCtx again
 	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
-	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg}) // inputs.go: uploads input files first
+	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg,
+		ExtraData: map[string]any{extraJobKey: js.id}}) // inputs.go: uploads input files first
 	if (errors.Is(err, errStartTimeout) || errors.Is(err, context.Canceled)) && errors.Is(context.Cause(cutCtx), errStartTimeout) {
 		err = &TimeoutError{Which: "start"} // (not an answer that came as it fired)
 	}

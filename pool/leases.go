@@ -11,6 +11,8 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -18,6 +20,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/queue"
 )
 
 // DefaultBackendLeaseTTL is Config.BackendLeaseTTL's default.
@@ -249,6 +254,7 @@ func (p *WorkflowPool) heldLocked(b *backend, now time.Time) bool {
 // run stays held.
 func (p *WorkflowPool) leaseLoop(ctx context.Context) {
 	defer close(p.leaseDone)
+	defer p.sweeps.Wait() // the sweeps of backends taken (sweepOrphans) end with ctx
 	t := time.NewTicker(max(p.cfg.BackendLeaseTTL/3, time.Millisecond))
 	defer t.Stop()
 	for {
@@ -585,6 +591,7 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) bool {
 	case view.held:
 		p.log.Info("backend lease taken: this pool drives the backend", "backend", b.cfg.Name, "holder", view.holder)
 		p.poke() // a backend to claim
+		p.sweeps.Go(func() { p.sweepOrphans(ctx, b) })
 	case view.holder != "":
 		p.log.Info("backend held elsewhere: not driven by this pool", "backend", b.cfg.Name, "holder", view.holder)
 	default:
@@ -632,3 +639,65 @@ func (p *WorkflowPool) releaseLeases() {
 // HolderID returns the name this Pool takes backend leases under
 // (Config.HolderID, or the one New chose).
 func (p *WorkflowPool) HolderID() string { return p.cfg.HolderID }
+
+// extraJobKey names the job in a prompt's extra_data, so that whoever
+// drives the backend later knows whose prompt it is (sweepOrphans).
+const extraJobKey = "comfypool_job"
+
+// sweepOrphans stops the prompts b runs or queues for jobs that have
+// ended (or are gone from the queue): a Pool that takes a backend over
+// does it once, for the Pool that drove it before may have stopped or
+// died between a job's end (a Cancel from elsewhere, say) and the
+// prompt's interrupt, and such a prompt would hold the backend's queue
+// for as long as it runs. Prompts of unfinished jobs are left alone:
+// whoever takes those jobs over follows them.
+func (p *WorkflowPool) sweepOrphans(ctx context.Context, b *backend) {
+	// Pending ones first, so that none starts when the running one is
+	// interrupted; again while it stops some (one may have started
+	// meanwhile).
+	for range 3 {
+		qs, err := b.client.Queue(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Debug("backend queue not read for orphaned prompts", "backend", b.cfg.Name, "error", err)
+			}
+			return
+		}
+		if p.stopOrphans(ctx, b, qs.Pending, false)+p.stopOrphans(ctx, b, qs.Running, true) == 0 {
+			return
+		}
+	}
+}
+
+// stopOrphans stops the prompts of items whose job has ended (running:
+// interrupts them; else deletes them from the queue) and returns how
+// many.
+func (p *WorkflowPool) stopOrphans(ctx context.Context, b *backend, items []comfy.QueueItem, running bool) int {
+	n := 0
+	for _, it := range items {
+		var id string
+		if json.Unmarshal(it.ExtraData[extraJobKey], &id) != nil || id == "" {
+			continue // not a prompt of a Pool's job
+		}
+		qj, err := p.q.Get(ctx, id)
+		switch {
+		case errors.Is(err, queue.ErrNotFound):
+		case err != nil:
+			continue
+		case !qj.State.Terminal():
+			continue
+		}
+		if running {
+			err = b.client.Interrupt(ctx, it.PromptID)
+		} else {
+			err = b.client.DeleteQueued(ctx, it.PromptID)
+		}
+		if err != nil {
+			p.log.Warn("orphaned prompt not stopped", "backend", b.cfg.Name, "job_id", id, "prompt_id", it.PromptID, "error", err)
+			continue
+		}
+		n++
+		p.log.Info("stopped a prompt whose job had ended", "backend", b.cfg.Name, "job_id", id, "prompt_id", it.PromptID)
+	}
+	return n
+}

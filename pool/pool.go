@@ -54,6 +54,7 @@ type WorkflowPool struct {
 	liveHolders []string           // guarded by mu: the live holders at the last announce, sorted (HolderRegistry)
 	leaseCancel context.CancelFunc // guarded by mu; ends leaseLoop (nil: not started)
 	leaseDone   chan struct{}      // closed when leaseLoop ended
+	sweeps      sync.WaitGroup     // sweepOrphans of backends taken over, waited for by leaseLoop
 
 	mu       sync.Mutex
 	started  bool
