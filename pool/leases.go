@@ -697,7 +697,7 @@ func (p *WorkflowPool) stopOrphans(ctx context.Context, b *backend, items []comf
 			continue
 		}
 		n++
-		p.log.Info("stopped a prompt whose job had ended", "backend", b.cfg.Name, "job_id", id, "prompt_id", it.PromptID)
+		p.log.Warn("stopped a prompt whose job had ended", "backend", b.cfg.Name, "job_id", id, "prompt_id", it.PromptID)
 	}
 	return n
 }

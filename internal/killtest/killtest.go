@@ -356,6 +356,20 @@ func Run(t *testing.T, a Adapter) {
 					}
 				}
 			}
+			// What every server still holds, and whose it is.
+			for _, s := range servers {
+				for _, pr := range s.Prompts() {
+					if pr.Status != 200 || !pr.Ended.IsZero() {
+						continue
+					}
+					job, _ := pr.ExtraData["comfypool_job"].(string)
+					state := "?"
+					if oj, err := q.Get(context.Background(), job); err == nil {
+						state = string(oj.State)
+					}
+					t.Logf("%s holds prompt %s (received %v) of job %s, %s", s.URL, pr.PromptID, pr.Received.Format("15:04:05.000"), job, state)
+				}
+			}
 			t.Fatalf("job %s: %v", id, err)
 		}
 		results[id] = res
