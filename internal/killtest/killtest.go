@@ -227,6 +227,11 @@ func Run(t *testing.T, a Adapter) {
 	inv.Duration = nodeDuration
 	slow := inv
 	slow.Duration = time.Hour
+	// In steps of a second: a fake node checks interrupts between steps
+	// (a node without steps runs its whole duration, as a real one that
+	// never checks would), so that the cancelled slow job's prompt stops
+	// and does not hold its backend's queue for the rest of the test.
+	slow.ProgressSteps = 3600
 	var servers []*comfytest.Server
 	var all []string
 	for i := range 6 {
