@@ -149,10 +149,14 @@ type Config struct {
 	// takes over the backends of a Pool that died once their leases
 	// expire. A Pool that loses a lease (renewals failing until it
 	// expires, or another holder) claims the backend no more; its jobs
-	// running there go on.
+	// running there go on. A Pool that takes a lease stops the prompts it
+	// finds in the backend's queue whose jobs have ended (the holder
+	// before it may have died between a job's cancel and the prompt's
+	// interrupt); prompts of unfinished jobs are left to whoever takes
+	// the jobs over.
 	//
-	// When it is a HolderRegistry too (MemoryBackendLeases and
-	// pgqueue.BackendLeases are), the live Pools share the backends
+	// When it is a HolderRegistry too (MemoryBackendLeases,
+	// pgqueue.BackendLeases and redisqueue.BackendLeases are), the live Pools share the backends
 	// fairly: each drives at most ceil(n/k) of the n backends it lists,
 	// k the live Pools, taking free ones only below its share and handing
 	// the excess over when a Pool arrives (a backend with jobs running
