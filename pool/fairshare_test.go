@@ -149,7 +149,7 @@ func TestFairShareThirdPoolArrivesAndOneLeaves(t *testing.T) {
 		assert.ElementsMatch(t, []int{2, 1, 1}, shares)
 		for i, s := range srvs {
 			assert.Empty(t, s.Interrupts(), "gpu-%d was never interrupted", i)
-			assert.Equal(t, 1, maxConcurrent(s), "gpu-%d driven by one Pool at a time", i)
+			assert.Equal(t, 1, s.MaxConcurrent(), "gpu-%d driven by one Pool at a time", i)
 		}
 
 		var big, rest []*pool.WorkflowPool

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,38 +82,6 @@ func slowServers(t *testing.T, n int, d time.Duration) []*comfytest.Server {
 	return srvs
 }
 
-// maxConcurrent is the most prompts a server held at once (accepted and
-// not ended), from what it recorded.
-func maxConcurrent(s *comfytest.Server) int {
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
-	for _, p := range s.Prompts() {
-		if p.Status != 200 {
-			continue
-		}
-		end := p.Ended
-		if end.IsZero() {
-			end = time.Now().Add(time.Hour)
-		}
-		edges = append(edges, edge{p.Received, 1}, edge{end, -1})
-	}
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta // an end before a start at the same instant
-	})
-	n, most := 0, 0
-	for _, e := range edges {
-		n += e.delta
-		most = max(most, n)
-	}
-	return most
-}
-
 // Two Pools list the same two backends (MaxInFlight 1) and share a queue
 // and the leases: each backend is driven by exactly one of them, so no
 // server ever holds two prompts at once, though both Pools dispatch; each
@@ -153,7 +120,7 @@ func TestBackendLeasesOneDriverPerBackend(t *testing.T) {
 			}
 		}
 		for i, s := range srvs {
-			assert.Equal(t, 1, maxConcurrent(s), "gpu-%d: MaxInFlight 1 holds across both Pools", i)
+			assert.Equal(t, 1, s.MaxConcurrent(), "gpu-%d: MaxInFlight 1 holds across both Pools", i)
 			clients := map[string]bool{}
 			for _, pr := range s.Prompts() {
 				clients[pr.ClientID] = true

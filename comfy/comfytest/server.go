@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -496,6 +497,43 @@ func (s *Server) Prompts() []ReceivedPrompt {
 	out := make([]ReceivedPrompt, len(s.prompts))
 	copy(out, s.prompts)
 	return out
+}
+
+// MaxConcurrent returns the most prompts the server held at once,
+// accepted and not ended (running or queued), from what it recorded: a
+// test checks with it that a client (or several Pools) never had more
+// prompts in flight on the server than allowed. A prompt that has not
+// ended counts as held from then on; one that ended in the instant it
+// was received (possible in a synctest bubble, whose clock stands
+// still) does not count.
+func (s *Server) MaxConcurrent() int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, p := range s.Prompts() {
+		if p.Status != 200 {
+			continue
+		}
+		end := p.Ended
+		if end.IsZero() {
+			end = time.Now().Add(time.Hour)
+		}
+		edges = append(edges, edge{p.Received, 1}, edge{end, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
 }
 
 // Requests returns every HTTP request and WebSocket upgrade, in order.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -181,38 +180,6 @@ func samplerWF(t *testing.T, seed int) comfy.Workflow {
 	wf, err := comfy.ParseWorkflow(samplerJSON(seed))
 	must(t, "ParseWorkflow", err)
 	return wf
-}
-
-// maxConcurrent is the most prompts a server held at once (accepted and
-// not ended), from what it recorded.
-func maxConcurrent(s *comfytest.Server) int {
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
-	for _, p := range s.Prompts() {
-		if p.Status != 200 {
-			continue
-		}
-		end := p.Ended
-		if end.IsZero() {
-			end = time.Now().Add(time.Hour)
-		}
-		edges = append(edges, edge{p.Received, 1}, edge{end, -1})
-	}
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta // an end before a start at the same instant
-	})
-	n, most := 0, 0
-	for _, e := range edges {
-		n += e.delta
-		most = max(most, n)
-	}
-	return most
 }
 
 // clientsOf is the client IDs that submitted prompts to s after since.

@@ -37,7 +37,7 @@ func testLeasesTwoPools(t *testing.T, open func() pool.BackendLeases, _ *clock) 
 		must(t, "Wait", err)
 	}
 	for i, s := range srvs {
-		equal(t, fmt.Sprintf("MaxInFlight 1 holds across the Pools at gpu-%d", i), maxConcurrent(s), 1)
+		equal(t, fmt.Sprintf("MaxInFlight 1 holds across the Pools at gpu-%d", i), s.MaxConcurrent(), 1)
 		equal(t, "Pools heard by one server", len(clientsOf(s, time.Time{})), 1)
 	}
 	listed := func() map[string]pool.BackendLease {
@@ -127,7 +127,7 @@ func testFairShare(t *testing.T, open func() pool.BackendLeases, _ *clock) {
 		equal(t, "attempts", len(res.Attempts), 1)
 	}
 	for i, s := range srvs {
-		equal(t, fmt.Sprintf("MaxInFlight 1 holds across the Pools at gpu-%d", i), maxConcurrent(s), 1)
+		equal(t, fmt.Sprintf("MaxInFlight 1 holds across the Pools at gpu-%d", i), s.MaxConcurrent(), 1)
 		check(t, len(clientsOf(s, settled)) <= 1, "gpu-%d hears from more than one Pool once the shares settled", i)
 	}
 	equal(t, "no lease moved", holders(list()), holders(settledLeases))
