@@ -36,8 +36,9 @@
 // with "{Prefix}:"; the braces make them one hash slot, so that the
 // scripts, which touch several keys, run on Redis Cluster (the queue then
 // lives on one shard: give each queue its own Prefix to spread queues
-// over shards). The Cluster has not been tested here; a single server,
-// a replicated one and Sentinel have the same layout.
+// over shards). The tests run the queue, the backend leases and the dag
+// store on a cluster of three masters they start (TestCluster); a single
+// server, a replicated one and Sentinel have the same layout.
 //
 //   - j:<id>, a hash per job (its fields are listed in record.go).
 //   - q:<bucket>, a sorted set per bucket of its queued jobs by enqueue
