@@ -31,10 +31,8 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 			return nil, err
 		}
 		d.arm(j)
-		if op == "complete" || op == "fail" || op == "cancel" {
-			if j.State.Terminal() {
-				d.signalSpace() // a local waiter need not wait for the message
-			}
+		if j.State.Terminal() && (op == "complete" || op == "fail" || op == "cancel") {
+			d.signalSpace() // a local waiter need not wait for the message
 		}
 		return j, nil
 	case "none":

@@ -119,19 +119,24 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   return { 'ok', '', rec }
 end
 
--- holder checks that tok is the current lease of job id, applying the
--- lease's expiry when it has passed. It returns nil when it is, else the
--- result to return.
-local function holder(id, tok)
-  local f = redis.call('HMGET', jk(id), 'st', 'tk', 'le')
-  if not f[1] then return { 'notfound' } end
-  if f[1] ~= 'leased' or f[2] ~= tok then return { 'lost', f[1] } end
-  local le = tonumber(f[3]) or NOW -- none (Redis trouble): void
+-- checkLease checks that tok is the current lease of job id, given its
+-- state, token and lease expiry, applying the expiry when it has
+-- passed. It returns nil when it is, else the result to return.
+local function checkLease(id, tok, st, tk, le)
+  if not st then return { 'notfound' } end
+  if st ~= 'leased' or tk ~= tok then return { 'lost', st } end
+  le = tonumber(le) or NOW -- none (Redis trouble): void
   if le <= NOW then
     expire(id, le)
     return { 'lost', redis.call('HGET', jk(id), 'st') }
   end
   return nil
+end
+
+-- holder is checkLease on the job's record.
+local function holder(id, tok)
+  local f = redis.call('HMGET', jk(id), 'st', 'tk', 'le')
+  return checkLease(id, tok, f[1], f[2], f[3])
 end
 
 local function errOf(c, m, n, t) return { c = c, m = m, n = n, t = t } end
@@ -160,13 +165,8 @@ end
 local function complete(id, tok, result)
   local k = jk(id)
   local rec = record(id)
-  if not rec[R.st] then return { 'notfound' } end
-  if rec[R.st] ~= 'leased' or rec[R.tk] ~= tok then return { 'lost', rec[R.st] } end
-  local le = tonumber(rec[R.le]) or NOW -- none (Redis trouble): void
-  if le <= NOW then
-    expire(id, le)
-    return { 'lost', redis.call('HGET', k, 'st') }
-  end
+  local bad = checkLease(id, tok, rec[R.st], rec[R.tk], rec[R.le])
+  if bad then return bad end
   -- One read and one write of the record (the hot path).
   local at = closed(rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], NOW, 'none', nil, true, true)
   local v, u, fi = tostring((tonumber(rec[R.v]) or 0) + 1), tostring((tonumber(rec[R.u]) or 0) + 1), fmt(NOW)
