@@ -17,10 +17,11 @@ var ErrUnknownBackend = errors.New("pool: unknown backend")
 // backend is one ComfyUI server of the Pool.
 type backend struct {
 	cfg       BackendConfig
-	client    *comfy.Client
-	workflows []string // nil: any
-	tags      []string // cfg.Tags plus BackendTag(cfg.Name)
-	index     int      // position in configuration order (added ones last)
+	client    *comfy.Client // nil for a remote backend
+	remote    *remoteConn   // non-nil for a remote backend (remote.go)
+	workflows []string      // nil: any
+	tags      []string      // cfg.Tags plus BackendTag(cfg.Name)
+	index     int           // position in configuration order (added ones last)
 
 	// ctx ends (cause ErrBackendRemoved or the hard stop) when the backend's
 	// running prompts must give up; stop is closed when it is removed (its
@@ -41,6 +42,33 @@ type backend struct {
 	removed    bool      // out of the Pool; closes idle when inflight is 0
 	idle       chan struct{}
 	closing    bool // its client is being (or was) closed
+}
+
+// state returns the backend's connection state: its client's, or what
+// its remote worker's owner says (RemoteBackend.SetOnline).
+func (b *backend) state() comfy.State {
+	if b.remote != nil {
+		return b.remote.state()
+	}
+	return b.client.State()
+}
+
+// stateChanged returns a channel closed at b's next state change.
+func (b *backend) stateChanged() <-chan struct{} {
+	if b.remote != nil {
+		return b.remote.stateChanged()
+	}
+	return b.client.StateChanged()
+}
+
+// serverQueue returns the server's own queue as last reported (0 for a
+// remote backend: its worker's load is the Pool's in-flight count).
+func (b *backend) serverQueue() int {
+	if b.client == nil {
+		return 0
+	}
+	n, _ := b.client.LastQueueRemaining()
+	return n
 }
 
 func (b *backend) accepts(wf string, tags []string) bool {
@@ -75,11 +103,17 @@ func (p *WorkflowPool) newBackend(bc BackendConfig, index int) (*backend, error)
 		// quiet clients.
 		opts.Logger = p.cfg.Logger.With("backend", bc.Name)
 	}
-	cl, err := comfy.NewClient(bc.URL, &opts)
-	if err != nil {
-		return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
+	var cl *comfy.Client
+	var rc *remoteConn
+	if bc.remote {
+		rc = &remoteConn{changed: make(chan struct{})}
+	} else {
+		var err error
+		if cl, err = comfy.NewClient(bc.URL, &opts); err != nil {
+			return nil, fmt.Errorf("pool: backend %q: %w", bc.Name, err)
+		}
 	}
-	b := &backend{cfg: bc, client: cl, index: index, stop: make(chan struct{}), idle: make(chan struct{}),
+	b := &backend{cfg: bc, client: cl, remote: rc, index: index, stop: make(chan struct{}), idle: make(chan struct{}),
 		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name)), caps: newBackendCaps(p.cfg.Capabilities.Disable)}
 	b.ctx, b.cancel = context.WithCancelCause(p.hardCtx)
 	if bc.Workflows != nil {
@@ -120,6 +154,12 @@ func (p *WorkflowPool) backendsChanged() <-chan struct{} {
 	return p.listChanged
 }
 
+// dialled returns the backends the Pool dials (the list without the
+// remote ones): those with a backend lease (leases.go).
+func (p *WorkflowPool) dialled() []*backend {
+	return slices.DeleteFunc(slices.Clone(p.list()), func(b *backend) bool { return b.remote != nil })
+}
+
 // lookupLocked finds a backend by name. Caller holds p.mu.
 func (p *WorkflowPool) lookupLocked(name string) *backend {
 	for _, b := range p.list() {
@@ -151,27 +191,36 @@ func (p *WorkflowPool) mayRun(wf string, tags, exclude []string) bool {
 // backend is simply added to the configured ones; after Stop began it
 // returns ErrClosed.
 func (p *WorkflowPool) AddBackend(ctx context.Context, bc BackendConfig) error {
+	if bc.remote {
+		return fmt.Errorf("%w: a remote backend is added with AddRemote", ErrInvalid)
+	}
+	_, err := p.addBackend(ctx, bc)
+	return err
+}
+
+// addBackend adds a backend, dialled or remote, and returns it.
+func (p *WorkflowPool) addBackend(ctx context.Context, bc BackendConfig) (*backend, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	c := Config{Backends: []BackendConfig{bc}}
 	d := c.withDefaults()
 	if err := d.validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	bc = d.Backends[0]
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if p.lookupLocked(bc.Name) != nil {
-		return fmt.Errorf("%w: backend %q is already in the pool", ErrInvalid, bc.Name)
+		return nil, fmt.Errorf("%w: backend %q is already in the pool", ErrInvalid, bc.Name)
 	}
 	p.nextIndex++
 	b, err := p.newBackend(bc, p.nextIndex)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.setListLocked(append(slices.Clone(p.list()), b))
 	p.markCapsChangedLocked() // capabilities.go: waiting jobs have a new candidate
@@ -179,8 +228,8 @@ func (p *WorkflowPool) AddBackend(ctx context.Context, bc BackendConfig) error {
 		p.wg.Go(func() { p.watch(b) })
 		p.kickLeases() // leases.go: take its lease now
 	}
-	p.log.Info("backend added", "backend", bc.Name)
-	return nil
+	p.log.Info("backend added", "backend", bc.Name, "remote", bc.remote)
+	return b, nil
 }
 
 // RemoveBackend removes a backend at once: it takes no new job, its running
@@ -276,7 +325,9 @@ func (p *WorkflowPool) idleLocked(b *backend) {
 		p.wg.Go(func() {
 			ctx, cancel := bgCtx()
 			defer cancel()
-			_ = b.client.Close(ctx)
+			if b.client != nil {
+				_ = b.client.Close(ctx)
+			}
 			b.cancel(ErrBackendRemoved)
 			p.releaseLease(b) // leases.go: no job of this Pool runs on it any more
 		})

@@ -708,6 +708,9 @@ func (p *WorkflowPool) missingEverywhere(ctx context.Context, js *jobState, b *b
 // fetchCaps fetches b's /object_info and installs its capabilities.
 // Concurrent fetches of one backend are collapsed into one.
 func (p *WorkflowPool) fetchCaps(ctx context.Context, b *backend) error {
+	if b.client == nil {
+		return nil // remote: what its worker declared (RemoteBackend.SetCapabilities)
+	}
 	_, err, _ := p.flight.Do("caps/"+strconv.Itoa(b.index), func() (any, error) {
 		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
 		defer cancel()
@@ -792,6 +795,9 @@ func (p *WorkflowPool) dropCapsLocked(b *backend) {
 // fetchVRAM refreshes b's free VRAM (the first device of /system_stats,
 // as ComfyUI uses it), for the Policy. A failure keeps the last value.
 func (p *WorkflowPool) fetchVRAM(ctx context.Context, b *backend) {
+	if b.client == nil {
+		return // remote: not known
+	}
 	_, _, _ = p.flight.Do("vram/"+strconv.Itoa(b.index), func() (any, error) {
 		fctx, cancel := context.WithTimeout(ctx, capsFetchTimeout)
 		defer cancel()

@@ -79,8 +79,9 @@ func (p *WorkflowPool) claim() claimRound {
 	connected := make([]bool, len(list))
 	serverQueue := make([]int, len(list))
 	for i, b := range list {
-		connected[i] = b.client.State() == comfy.StateConnected
-		serverQueue[i], _ = b.client.LastQueueRemaining()
+		// A remote backend is never claimed: its worker leases (remote.go).
+		connected[i] = b.client != nil && b.client.State() == comfy.StateConnected
+		serverQueue[i] = b.serverQueue()
 	}
 	p.mu.Lock()
 	now := time.Now()

@@ -233,6 +233,8 @@ type BackendConfig struct {
 	// WebSocket reconnected, so that its client reconciles the prompts in
 	// flight first. Defaults to DefaultReconnectGrace (2s); -1 disables it.
 	ReconnectGrace time.Duration
+
+	remote bool // set by AddRemote: no URL, no client (remote.go)
 }
 
 func (c *Config) withDefaults() Config {
@@ -290,7 +292,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("pool: Backends[%d].Name is required", i)
 		case seen[b.Name]:
 			return fmt.Errorf("pool: Backends[%d].Name %q is used twice", i, b.Name)
-		case b.URL == "":
+		case b.URL == "" && !b.remote:
 			return fmt.Errorf("pool: Backends[%d].URL is required", i)
 		case b.MaxInFlight < 0:
 			return fmt.Errorf("pool: Backends[%d].MaxInFlight cannot be negative", i)

@@ -48,6 +48,7 @@ func (p *WorkflowPool) dispatchLoop() {
 // round lists the free backends, lets the Policy order them (backends that
 // waiting jobs prefer first), and leases one job for each.
 func (p *WorkflowPool) dispatch() {
+	p.wakeRemotes() // remote.go: their Lease calls try again too
 	for {
 		select {
 		case <-p.stopCh:
@@ -107,10 +108,36 @@ func (p *WorkflowPool) dispatch() {
 // ordered earlier, which it prefers or whose warm workflow it has, leased
 // nothing before it existed), so the round must order the backends again.
 func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale bool) {
-	p.mu.Lock()
-	if b.draining || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) || b.lease.handover {
-		p.mu.Unlock()
+	qj := p.leaseOne(b, prefer)
+	if qj == nil {
 		return false, false
+	}
+	if seen.newer(p, qj, prefer) {
+		ctx, cancel := bgCtx()
+		_, err := p.q.Requeue(ctx, qj.ID, qj.LeaseToken)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			b.inflight--
+			p.idleLocked(b)
+			p.noteQueuedLocked(qj.Workflow, 1)
+			p.mu.Unlock()
+			p.notePrefer(qj)
+			return false, true
+		}
+		// Still leased: run it here rather than leave it waiting.
+	}
+	p.wg.Go(func() { p.runJob(b, qj, nil) })
+	return true, false
+}
+
+// leaseOne leases the best job b may run now, taking one of its slots for
+// it, or returns nil (no free slot, no job, a queue error logged).
+func (p *WorkflowPool) leaseOne(b *backend, prefer []string) *queue.Job {
+	p.mu.Lock()
+	if b.draining || b.removed || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) || b.lease.handover {
+		p.mu.Unlock()
+		return nil
 	}
 	excl := p.excludedLocked(b)
 	b.inflight++ // reserved while leasing: MaxInFlight holds
@@ -135,30 +162,14 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (lease
 		b.leasing--
 		p.idleLocked(b)
 		p.mu.Unlock()
-		return false, false
+		return nil
 	}
 	p.mu.Lock()
 	b.leasing--
 	p.noteQueuedLocked(qj.Workflow, -1)
 	p.unsetPreferLocked(qj.ID)
 	p.mu.Unlock()
-	if seen.newer(p, qj, prefer) {
-		ctx, cancel := bgCtx()
-		_, err := p.q.Requeue(ctx, qj.ID, qj.LeaseToken)
-		cancel()
-		if err == nil {
-			p.mu.Lock()
-			b.inflight--
-			p.idleLocked(b)
-			p.noteQueuedLocked(qj.Workflow, 1)
-			p.mu.Unlock()
-			p.notePrefer(qj)
-			return false, true
-		}
-		// Still leased: run it here rather than leave it waiting.
-	}
-	p.wg.Go(func() { p.runJob(b, qj) })
-	return true, false
+	return qj
 }
 
 // slot is the backend slot a runner holds (see lease and runJob). It is
@@ -219,9 +230,21 @@ func bgCtx() (context.Context, context.CancelFunc) {
 }
 
 // runJob runs one leased job on b: submit, watch, and settle the lease.
-func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
+//
+// hand is nil unless b is remote: then the job goes to the worker waiting
+// in RemoteBackend.Lease through hand (1-buffered), or nil when the job
+// ends before (remote.go).
+func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	sl := &slot{b: b}
 	defer p.free(sl) // unless finish freed it
+	if hand != nil {
+		defer func() {
+			select {
+			case hand <- nil: // nothing was handed over
+			default:
+			}
+		}()
+	}
 	js, err := p.rebuild(b.ctx, qj)
 	if err != nil {
 		// The record cannot be run by anyone (its workflow or options
@@ -354,6 +377,24 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 		})
 		defer ct.Stop() // after submit it only cancels cutCtx again
 	}
+	if hand != nil { // remote.go: the worker waiting in Lease runs it
+		cut(nil)
+		rp := p.submitRemote(b, js, promptID, attemptNo, onMsg, hand)
+		defer close(rp.settled) // after the settlement below
+		att.PromptID = promptID
+		emitStarted(promptID)
+		res, err := p.watchPrompt(ctx, b, js, qj, rp, execStarted, startC)
+		rp.giveUp() // a report from now on is refused
+		if err == nil {
+			err = p.remoteOutputs(ctx, js, b, res, rp)
+		}
+		if err == nil {
+			p.completed(js, b, qj.LeaseToken, att, res)
+			return
+		}
+		p.settle(ctx, js, b, qj.LeaseToken, att, err)
+		return
+	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
 	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg,
 		ExtraData: map[string]any{extraJobKey: js.id}}) // inputs.go: uploads input files first
@@ -378,11 +419,20 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job) {
 	p.settle(ctx, js, b, qj.LeaseToken, att, err)
 }
 
+// runningPrompt is a prompt watchPrompt follows: a *comfy.Prompt on a
+// dialled backend, a *remotePrompt on a remote one (remote.go).
+type runningPrompt interface {
+	ID() string
+	Done() <-chan struct{}
+	Wait(ctx context.Context) (*comfy.Result, error)
+	Interrupt(ctx context.Context) error
+}
+
 // watchPrompt waits for the prompt to end, heartbeating the lease and
 // interrupting it on cancel, timeout or hard stop. It returns the prompt's
 // result, or the error that ended it (a start timeout replaces the
 // interrupt error).
-func (p *WorkflowPool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *queue.Job, prompt *comfy.Prompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
+func (p *WorkflowPool) watchPrompt(ctx context.Context, b *backend, js *jobState, qj *queue.Job, prompt runningPrompt, execStarted chan struct{}, startC <-chan time.Time) (*comfy.Result, error) {
 	hb := time.NewTicker(max(p.cfg.LeaseDuration/3, time.Millisecond))
 	defer hb.Stop()
 	// Two bounds keep a job from waiting forever on a prompt: the backend
@@ -401,12 +451,12 @@ func (p *WorkflowPool) watchPrompt(ctx context.Context, b *backend, js *jobState
 		_ = prompt.Interrupt(ictx)
 		abandon.startOnce(p.cfg.InterruptTimeout)
 	}
-	stateCh := b.client.StateChanged()
+	stateCh := b.stateChanged()
 	watchState := func() {
 		if p.cfg.OfflineTimeout < 0 {
 			return
 		}
-		if b.client.State() == comfy.StateConnected {
+		if b.state() == comfy.StateConnected {
 			offline.stop()
 		} else {
 			offline.startOnce(p.cfg.OfflineTimeout)
@@ -417,7 +467,7 @@ func (p *WorkflowPool) watchPrompt(ctx context.Context, b *backend, js *jobState
 	for {
 		select {
 		case <-stateCh:
-			stateCh = b.client.StateChanged()
+			stateCh = b.stateChanged()
 			watchState()
 		case <-offline.c:
 			offline.stop()
@@ -567,11 +617,17 @@ func (p *WorkflowPool) settle(ctx context.Context, js *jobState, b *backend, tok
 	}
 	qctx, cancel := bgCtx()
 	defer cancel()
-	if ctx.Err() != nil {
-		// The backend was removed or the Pool stops: give the job back
-		// without counting the attempt (Requeue), but record it: its
-		// prompt may have run, or still run, on that server.
-		att.Err, att.Class, att.Ended = abandoned(b, att.PromptID, context.Cause(ctx)), failover.ClassCancelled, time.Now()
+	var given *remoteRequeue
+	if ctx.Err() != nil || errors.As(err, &given) {
+		// The backend was removed, the Pool stops, or a remote worker gave
+		// the job back: give it back without counting the attempt
+		// (Requeue), but record it: its prompt may have run, or still
+		// run, on that server.
+		cause := err
+		if given == nil {
+			cause = abandoned(b, att.PromptID, context.Cause(ctx))
+		}
+		att.Err, att.Class, att.Ended = cause, failover.ClassCancelled, time.Now()
 		p.mu.Lock()
 		js.attempts = append(js.attempts, att)
 		js.requeued++
@@ -672,7 +728,7 @@ func (p *WorkflowPool) takeOver(ctx context.Context, qj *queue.Job, rb **backend
 		return nil
 	}
 	x, err := p.named(last.Backend)
-	if err != nil {
+	if err != nil || x.client == nil { // a remote backend's prompt cannot be asked about
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, p.cfg.SubmitTimeout)

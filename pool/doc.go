@@ -141,6 +141,27 @@
 // unblocks published as client:blocked_workflow and
 // client:unblocked_workflow events.
 //
+// # Remote backends (pull workers)
+//
+// A GPU host the Pool cannot dial (behind NAT, a rented GPU) pulls its
+// work instead: [WorkflowPool.AddRemote] adds it as a backend the Pool
+// does not dial, and the part that talks to the worker (the fleet
+// package's control plane) calls [RemoteBackend.Lease] when the worker
+// polls, hands it the [RemoteJob] (workflow, prompt id, inputs), relays
+// what its server sends with [RemoteJob.Report] (job:progress,
+// job:preview and job:output events, naming the worker as Backend), and
+// ends the attempt with Complete (outputs in Config.Files), Fail
+// (classified like any failure: retried elsewhere or not) or Requeue
+// (given back without counting an attempt). Everything else is as on a
+// dialled backend: the attempt is written down before the worker gets it,
+// strict workflow binding, tags, capabilities and failover blocks filter
+// what it leases, MaxInFlight bounds its load, a cancel or timeout
+// reaches it through [RemoteJob.Interrupted], a worker offline for
+// Config.OfflineTimeout (see [RemoteBackend.SetOnline]) has its attempt
+// given up and retried elsewhere (its late report gets
+// [ErrRemoteGone]), and accounting, retries and the one terminal event
+// are the same. A Pool whose backends are all remote needs Config.Queue.
+//
 // # Several processes
 //
 // Pools in several processes (or one) work as one pool when they share

@@ -419,6 +419,9 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 				final(ev)
 				return
 			}
+			if ev.Kind == last && (ev.Kind == EventJobStarted || ev.Kind == EventJobRetrying) {
+				continue // reported already from the record, which changed first
+			}
 			send(ev)
 		case <-changed:
 			if o, ending := p.localOutcome(id); o != nil || ending != nil {

@@ -245,7 +245,7 @@ type leaseView struct {
 // heldLocked reports whether the Pool may drive b now: it holds b's
 // lease, or runs without BackendLeases. Caller holds p.mu.
 func (p *WorkflowPool) heldLocked(b *backend, now time.Time) bool {
-	return p.cfg.BackendLeases == nil || now.Before(b.lease.heldUntil)
+	return p.cfg.BackendLeases == nil || b.remote != nil || now.Before(b.lease.heldUntil)
 }
 
 // leaseLoop takes and renews the leases of the Pool's backends every
@@ -272,7 +272,7 @@ func (p *WorkflowPool) leaseLoop(ctx context.Context) {
 // holds fewer than its fair share (all it can without a HolderRegistry),
 // watches the others (watchOthers), and hands the excess over (balance).
 func (p *WorkflowPool) leaseRound(ctx context.Context) {
-	list := p.list()
+	list := p.dialled()
 	share := p.fairShare(ctx, len(list))
 	kept := 0 // held, counted in the share: not handed over, not spare
 	var unheld []*backend
@@ -414,7 +414,7 @@ func (p *WorkflowPool) fairShare(ctx context.Context, n int) int {
 // below its share, and releases the handed-over backends that run no job,
 // for another Pool to take.
 func (p *WorkflowPool) balance(ctx context.Context, share int) {
-	list := p.list()
+	list := p.dialled()
 	p.mu.Lock()
 	now := time.Now()
 	var kept, over []*backend
@@ -604,7 +604,7 @@ func (p *WorkflowPool) renewLease(ctx context.Context, b *backend) bool {
 // releaseLease gives b's lease back, for good (b was removed or the Pool
 // stopped), if the Pool may hold it.
 func (p *WorkflowPool) releaseLease(b *backend) {
-	if p.cfg.BackendLeases == nil {
+	if p.cfg.BackendLeases == nil || b.remote != nil {
 		return
 	}
 	b.lease.mu.Lock()

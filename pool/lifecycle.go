@@ -81,9 +81,11 @@ func (p *WorkflowPool) watch(b *backend) {
 		case <-ctx.Done():
 		}
 	})
-	changed := b.client.StateChanged()
-	p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
-	_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
+	changed := b.stateChanged()
+	if b.client != nil { // a remote backend's worker says what it runs and when it is there (remote.go)
+		p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
+		_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
+	}
 	last := comfy.StateIdle
 	wasConnected := false
 	var grace *time.Timer
@@ -94,7 +96,7 @@ func (p *WorkflowPool) watch(b *backend) {
 		}
 	}()
 	for {
-		st := b.client.State()
+		st := b.state()
 		if st != last {
 			last = st
 			if st == comfy.StateConnected {
@@ -120,7 +122,7 @@ func (p *WorkflowPool) watch(b *backend) {
 		}
 		select {
 		case <-changed:
-			changed = b.client.StateChanged()
+			changed = b.stateChanged()
 		case <-graceC:
 			graceC = nil
 			p.mu.Lock()
@@ -290,6 +292,9 @@ func (p *WorkflowPool) probe(ctx context.Context, backends []*backend) error {
 	errs := make([]error, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
+		if b.client == nil {
+			continue // remote: nothing to ask (remote.go)
+		}
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
@@ -322,7 +327,9 @@ const closeTimeout = 5 * time.Second
 func (p *WorkflowPool) closeClients() {
 	var cs []closer
 	for _, b := range p.list() {
-		cs = append(cs, b.client)
+		if b.client != nil {
+			cs = append(cs, b.client)
+		}
 	}
 	closeAll(cs, closeTimeout)
 }

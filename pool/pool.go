@@ -50,6 +50,9 @@ type WorkflowPool struct {
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 
+	remoteMu sync.Mutex
+	remoteCh chan struct{} // guarded by remoteMu: closed at the next dispatch round (remote.go)
+
 	leaseKick   chan struct{}      // 1-buffered: leaseLoop runs a round now
 	liveHolders []string           // guarded by mu: the live holders at the last announce, sorted (HolderRegistry)
 	leaseCancel context.CancelFunc // guarded by mu; ends leaseLoop (nil: not started)
@@ -57,6 +60,7 @@ type WorkflowPool struct {
 	sweeps      sync.WaitGroup     // sweepOrphans of backends taken over, waited for by leaseLoop
 
 	mu       sync.Mutex
+	remotes  int // remote backends ever added (remote.go)
 	started  bool
 	stopping bool
 	stopped  bool
@@ -226,8 +230,8 @@ func (p *WorkflowPool) WaitConnected(ctx context.Context, n int) (int, error) {
 		cases := make([]reflect.SelectCase, 0, len(backends)+3)
 		up := 0
 		for _, b := range backends {
-			changed := b.client.StateChanged() // before State: no change is missed
-			if b.client.State() == comfy.StateConnected && p.capsReady(b) {
+			changed := b.stateChanged() // before State: no change is missed
+			if b.state() == comfy.StateConnected && p.capsReady(b) {
 				up++
 			}
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(changed)})
@@ -303,6 +307,10 @@ type BackendStats struct {
 	// HolderRegistry): it claims the backend for no new job and releases
 	// the lease once its jobs there ended.
 	HandingOver bool
+	// Remote is set for a backend added with AddRemote: a pull worker
+	// the Pool does not dial (its State is what its owner said with
+	// RemoteBackend.SetOnline; ServerQueue and VRAMFree stay 0).
+	Remote bool
 }
 
 // Stats is a snapshot of the Pool's counters.
@@ -355,8 +363,8 @@ func (p *WorkflowPool) Backends() []BackendStats {
 	states := make([]comfy.State, len(backends))
 	queues := make([]int, len(backends))
 	for i, b := range backends {
-		states[i] = b.client.State()
-		queues[i], _ = b.client.LastQueueRemaining()
+		states[i] = b.state()
+		queues[i] = b.serverQueue()
 	}
 	out := make([]BackendStats, 0, len(backends))
 	p.mu.Lock()
@@ -371,7 +379,7 @@ func (p *WorkflowPool) Backends() []BackendStats {
 		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining,
 			VRAMFree: b.caps.vram, Capabilities: b.caps.set,
-			Holder: holder, HeldElsewhere: !held, HandingOver: held && b.lease.handover})
+			Holder: holder, HeldElsewhere: !held, HandingOver: held && b.lease.handover, Remote: b.remote != nil})
 	}
 	return out
 }
@@ -383,6 +391,9 @@ func (p *WorkflowPool) View(ctx context.Context, backendName string, ref comfy.F
 	if err != nil {
 		return nil, err
 	}
+	if b.client == nil {
+		return nil, fmt.Errorf("%w: %s: its outputs are in the file store (Result.Open)", ErrNotRemote, backendName)
+	}
 	return b.client.View(ctx, ref, nil)
 }
 
@@ -393,6 +404,9 @@ func (p *WorkflowPool) SystemStats(ctx context.Context, backendName string) (*co
 	b, err := p.named(backendName)
 	if err != nil {
 		return nil, err
+	}
+	if b.client == nil {
+		return nil, fmt.Errorf("%w: %s has no /system_stats the pool can read", ErrNotRemote, backendName)
 	}
 	return b.client.SystemStats(ctx)
 }
