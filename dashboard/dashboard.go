@@ -163,9 +163,6 @@ func (c *Config) validate() error {
 	return fmt.Errorf("%w: %s", ErrInvalid, rule)
 }
 
-// ErrInvalid is wrapped by the errors New returns for a bad argument.
-var ErrInvalid = errors.New("dashboard: invalid argument")
-
 //go:embed static
 var static embed.FS
 
