@@ -200,7 +200,7 @@ func workflowOf(t *testing.T, raw []byte) string {
 	return s.String()[:shortHash]
 }
 
-func parse(t *testing.T, raw []byte) comfy.Workflow {
+func parse(t testing.TB, raw []byte) comfy.Workflow {
 	t.Helper()
 	wf, err := comfy.ParseWorkflow(raw)
 	require.NoError(t, err)
