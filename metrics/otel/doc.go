@@ -91,8 +91,10 @@
 //	comfypool.backend.state      {backend} 1 for the backend's connection state (comfypool.backend.state:
 //	                                       idle, connecting, connected, reconnecting, offline, closed),
 //	                                       0 for the others; summed by state, the backends in each.
-//	comfypool.failover.blocked   {pair}    pairs blocked now, by backend (0 included): from Config.Blocks
-//	                                       when set, else from the block events seen.
+//	comfypool.failover.blocked   {pair}    pairs the failover blocks now, by backend (0 included), from
+//	                                       pool.WorkflowPool.FailoverBlocks: the Pool's SmartFailover, or
+//	                                       a shared Failover (pgqueue, redisqueue) with every process's
+//	                                       blocks; absent for a custom Strategy that cannot list them.
 //	comfypool.events.dropped     {event}   cumulative count of the Pool's dropped events
 //	                                       (pool.Stats.EventsDropped), every subscriber's.
 //

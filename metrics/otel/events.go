@@ -94,16 +94,6 @@ func (m *Metrics) handle(e pool.Event) {
 		if f := e.Failover; f != nil {
 			m.blocks.Add(ctx, 1, metric.WithAttributes(KeyBackend.String(f.Key.Backend),
 				KeyWorkflow.String(m.workflows.fold(workflowValue(f.Key.Workflow, m.cfg.WorkflowNames)))))
-			m.mu.Lock()
-			m.blockEnd[f.Key] = f.Until
-			m.mu.Unlock()
-		}
-
-	case pool.EventClientUnblockedWorkflow:
-		if f := e.Failover; f != nil {
-			m.mu.Lock()
-			delete(m.blockEnd, f.Key)
-			m.mu.Unlock()
 		}
 	}
 }

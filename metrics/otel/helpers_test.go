@@ -220,29 +220,6 @@ func chain(n int) []byte {
 	return fmt.Appendf(nil, `{%s,"99":{"class_type":"SaveImage","inputs":{"images":[%q,0],"filename_prefix":"chain"}}}`, nodes, prev)
 }
 
-// waitFor returns a function for newMetrics's afterEvent and a function
-// that waits until the loop handled an event of kind.
-func waitFor(kind pool.EventKind) (func(pool.Event), func(t *testing.T)) {
-	handled := make(chan struct{}, 1)
-	after := func(e pool.Event) {
-		if e.Kind == kind {
-			select {
-			case handled <- struct{}{}:
-			default:
-			}
-		}
-	}
-	wait := func(t *testing.T) {
-		t.Helper()
-		select {
-		case <-handled:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no %s event handled", kind)
-		}
-	}
-	return after, wait
-}
-
 func mustStructure(t *testing.T, raw []byte) string {
 	t.Helper()
 	s, err := hash.Structure(raw)

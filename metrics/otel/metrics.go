@@ -7,13 +7,11 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -89,16 +87,6 @@ type Config struct {
 	// structure hash (the 64 hexadecimal digits of pool.JobInfo.Workflow
 	// and pool.Template.Workflow). Names must not be empty. Copied.
 	WorkflowNames map[string]string
-
-	// Blocks, when set, is read at every collection for
-	// comfypool.failover.blocked: typically the pool's
-	// Config.FailoverStrategy, when it is a pool.BlockLister (a
-	// failover.SmartFailover you built, or the shared Failover of
-	// queue/pgqueue or queue/redisqueue), which knows the blocks made
-	// before New and by other processes. Without it, the gauge is kept
-	// from the pool's block and unblock events, each block lapsing at its
-	// end even when its unblock event was lost.
-	Blocks pool.BlockLister
 
 	// Logger receives the few logs of the Metrics (a job record that
 	// could not be read, at Debug). Defaults to slog.Default().
@@ -185,9 +173,6 @@ type Metrics struct {
 	workflows *limiter
 	tenants   *limiter
 
-	mu       sync.Mutex
-	blockEnd map[failover.Key]time.Time // guarded by mu: blocks from events
-
 	afterEvent func(pool.Event) // tests: called by the loop after each event
 }
 
@@ -239,7 +224,6 @@ func newMetrics(p *pool.WorkflowPool, cfg *Config, afterEvent func(pool.Event)) 
 		jobs:      map[string]*job{},
 		workflows: newLimiter(c.MaxWorkflows, named),
 		tenants:   newLimiter(c.MaxTenants, nil),
-		blockEnd:  map[failover.Key]time.Time{},
 
 		afterEvent: afterEvent,
 	}
@@ -315,7 +299,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 		metric.WithDescription("1 for the backend's current connection state, 0 for the others: summed by state, the backends in each."))
 	check(err)
 	m.blocked, err = meter.Int64ObservableUpDownCounter("comfypool.failover.blocked", metric.WithUnit("{pair}"),
-		metric.WithDescription("(backend, workflow) pairs blocked by the failover now, by backend."))
+		metric.WithDescription("(backend, workflow) pairs the failover blocks now, by backend."))
 	check(err)
 	m.dropped, err = meter.Int64ObservableCounter("comfypool.events.dropped", metric.WithUnit("{event}"),
 		metric.WithDescription("Events the Pool dropped because a subscriber's channel was full."))

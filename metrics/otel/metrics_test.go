@@ -32,10 +32,9 @@ func TestJobsRetriesAndBlocks(t *testing.T) {
 		Backends: []pool.BackendConfig{backend("bad", bad), backend("good", good)},
 		Failover: &failover.Config{Cooldown: time.Hour}, // blocked for the whole test
 	})
-	after, blockHandled := waitFor(pool.EventClientBlockedWorkflow)
 	m, r := newMetricsT(t, p, &Config{TenantKey: "tenant", WorkflowNames: map[string]string{
 		mustStructure(t, comfytest.WorkflowOK): "ok",
-	}}, after)
+	}}, nil)
 	ctx := t.Context()
 	okWF, failingWF := parse(t, comfytest.WorkflowOK), parse(t, comfytest.WorkflowFailing)
 
@@ -52,8 +51,7 @@ func TestJobsRetriesAndBlocks(t *testing.T) {
 	var je *pool.JobError
 	require.ErrorAs(t, err, &je)
 
-	// While the Pool runs: the block is seen, the backends are idle.
-	blockHandled(t)
+	// While the Pool runs: bad is blocked, the backends are idle.
 	c := collect(t, r)
 	assert.EqualValues(t, 1, c.int64s(t, "comfypool.failover.blocked", KeyBackend.String("bad")))
 	assert.EqualValues(t, 0, c.int64s(t, "comfypool.failover.blocked", KeyBackend.String("good")))
@@ -265,9 +263,10 @@ func TestNeverBlocksThePool(t *testing.T) {
 	require.NoError(t, m.Close(ctx))
 }
 
-// TestBlocksFromLister: with Config.Blocks the blocked gauge reads the
-// failover's own list, blocks made before New included.
-func TestBlocksFromLister(t *testing.T) {
+// TestBlocksOfTheStrategy: the blocked gauge reads the failover strategy's
+// own list, blocks made before New and of backends the Pool does not list
+// (another process's, on a shared failover) included.
+func TestBlocksOfTheStrategy(t *testing.T) {
 	t.Parallel()
 	srv := comfytest.NewServer(nil)
 	t.Cleanup(srv.Close)
@@ -279,7 +278,7 @@ func TestBlocksFromLister(t *testing.T) {
 		f.RecordFailure(failover.Key{Backend: b, Workflow: wf}, errors.New("boom"))
 	}
 	p := newPool(t, pool.Config{Backends: []pool.BackendConfig{backend("gpu-1", srv)}, FailoverStrategy: f})
-	_, r := newMetricsT(t, p, &Config{Blocks: f}, nil)
+	_, r := newMetricsT(t, p, nil, nil)
 
 	c := collect(t, r)
 	assert.EqualValues(t, 1, c.int64s(t, "comfypool.failover.blocked", KeyBackend.String("gpu-1")))

@@ -2,7 +2,6 @@ package otelmetrics
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -52,7 +51,13 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 		}
 	}
 
-	blocked := m.blockedByBackend()
+	// The failover's blocks, when its strategy can list them (nil: it
+	// cannot, and the gauge is left out).
+	blocks := m.p.FailoverBlocks()
+	blocked := map[string]int{}
+	for k := range blocks {
+		blocked[k.Backend]++
+	}
 	for _, b := range s.Backends {
 		name := KeyBackend.String(b.Name)
 		at := metric.WithAttributes(name)
@@ -69,38 +74,13 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(m.backendState, v, metric.WithAttributes(name, KeyBackendState.String(st.String())))
 		}
-		o.ObserveInt64(m.blocked, int64(blocked[b.Name]), at)
-		delete(blocked, b.Name)
+		if blocks != nil {
+			o.ObserveInt64(m.blocked, int64(blocked[b.Name]), at)
+			delete(blocked, b.Name)
+		}
 	}
 	for name, n := range blocked { // blocks of backends this Pool does not list (shared failover)
 		o.ObserveInt64(m.blocked, int64(n), metric.WithAttributes(KeyBackend.String(name)))
 	}
 	return nil
-}
-
-// blockedByBackend counts the pairs blocked now, by backend: from
-// Config.Blocks when set, else from the block events seen (forgetting
-// those whose end has passed). A block without an end lasts until its
-// unblock.
-func (m *Metrics) blockedByBackend() map[string]int {
-	now := time.Now()
-	out := map[string]int{}
-	if m.cfg.Blocks != nil {
-		for k, until := range m.cfg.Blocks.Blocked() {
-			if until.IsZero() || until.After(now) {
-				out[k.Backend]++
-			}
-		}
-		return out
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, until := range m.blockEnd {
-		if !until.IsZero() && !until.After(now) {
-			delete(m.blockEnd, k)
-			continue
-		}
-		out[k.Backend]++
-	}
-	return out
 }
