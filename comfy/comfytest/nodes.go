@@ -2,6 +2,7 @@ package comfytest
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -106,6 +107,8 @@ func asInt(v any) int {
 	case int:
 		return t
 	case int64:
+		return int(t)
+	case uint64:
 		return int(t)
 	case float64:
 		return int(t)
@@ -401,8 +404,13 @@ func (d *nodeDef) objectInfo(name string) omap {
 			cfg = append(cfg, kv{"default", in.Default})
 		}
 		num := func(f *float64) any {
-			if in.Type == "FLOAT" {
+			switch {
+			case in.Type == "FLOAT":
 				return pyFloat(*f)
+			case *f >= 1<<64: // 0xffffffffffffffff, as float64
+				return uint64(math.MaxUint64)
+			case *f >= 1<<63:
+				return uint64(*f)
 			}
 			return int64(*f)
 		}

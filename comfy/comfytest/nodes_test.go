@@ -88,3 +88,24 @@ func TestFailingWorkflow(t *testing.T) {
 		assert.Contains(t, msgs[len(msgs)-3], `"node_id": "2", "node_type": "ImageToMask", "executed": ["1"], "exception_message": "index 3 is out of bounds for dimension 3 with size 3\n", "exception_type": "IndexError"`)
 	})
 }
+
+// TestSeedsUpTo2To64 checks a seed input the way Python's int does: 2^64-1,
+// its max, is valid (ComfyUI's seeds are unsigned 64-bit), 2^64 is not,
+// and /object_info lists the max exactly.
+func TestSeedsUpTo2To64(t *testing.T) {
+	s := comfytest.NewServer(nil)
+	defer s.Close()
+	wf := func(seed string) string {
+		return strings.Replace(string(comfytest.WorkflowSampler), `"seed":42`, `"seed":`+seed, 1)
+	}
+	code, body := post(t, s, "/prompt", prompt(wf("18446744073709551615"), ""))
+	assert.Equal(t, 200, code, body)
+	code, body = post(t, s, "/prompt", prompt(wf("18446744073709551616"), ""))
+	assert.Equal(t, 400, code)
+	assert.Contains(t, body, `"type": "value_bigger_than_max", "message": "Value 18446744073709551616 bigger than max of 18446744073709551615", "details": "seed"`)
+	code, body = post(t, s, "/prompt", prompt(wf("-9223372036854775809"), ""))
+	assert.Equal(t, 400, code)
+	assert.Contains(t, body, `"message": "Value -9223372036854775809 smaller than min of 0"`)
+	_, body, _ = get(t, s, "/object_info/FakeSampler")
+	assert.Contains(t, body, `"seed": ["INT", {"default": 0, "min": 0, "max": 18446744073709551615}]`)
+}

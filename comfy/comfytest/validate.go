@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 )
@@ -292,8 +293,13 @@ func (d *nodeDef) inputConfig(spec InputSpec) any {
 }
 
 func numStr(spec InputSpec, f float64) string {
-	if spec.Type == "FLOAT" {
+	switch {
+	case spec.Type == "FLOAT":
 		return pyFloatString(f)
+	case f >= 1<<64: // 0xffffffffffffffff, the seed inputs' max, as float64
+		return "18446744073709551615"
+	case f >= 1<<63:
+		return strconv.FormatUint(uint64(f), 10)
 	}
 	return strconv.FormatInt(int64(f), 10)
 }
@@ -302,18 +308,31 @@ func toF(v any) float64 {
 	switch t := v.(type) {
 	case int64:
 		return float64(t)
+	case uint64:
+		return float64(t)
+	case *big.Int:
+		// Beyond uint64 and int64: past every bound an input declares
+		// (as float64, 2^64-1 rounds to 2^64).
+		return math.Inf(t.Sign())
 	case pyFloat:
 		return float64(t)
 	}
 	return 0
 }
 
-// pyInt is Python's int(v) for JSON values.
+// pyInt is Python's int(v) for JSON values: an int64, or for integers
+// beyond it (seeds up to 2^64-1) a uint64 or a *big.Int.
 func pyInt(v any) (any, error) {
 	switch t := v.(type) {
 	case json.Number:
 		if i, err := strconv.ParseInt(t.String(), 10, 64); err == nil {
 			return i, nil
+		}
+		if b, ok := new(big.Int).SetString(t.String(), 10); ok {
+			if b.IsUint64() {
+				return b.Uint64(), nil
+			}
+			return b, nil
 		}
 		f, err := t.Float64()
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
