@@ -833,7 +833,7 @@ func TestWorkflowMemoize(t *testing.T) {
 			Params:   []Param{{Name: "img", Type: TypeImage, Node: "1", Input: "image"}},
 			Memoize:  true,
 		}
-		in := map[string]any{"img": File{Name: "a.png", Data: []byte("first image")}}
+		in := map[string]any{"img": File{Name: "a.png", Data: comfytest.SolidPNG(2, 2, 0x010203)}}
 		prompts := func() int { return len(b.servers[0].Prompts()) + len(b.servers[1].Prompts()) }
 
 		first, err := w.run(t.Context(), wftNode("x20", cfg), in, 0)
@@ -844,7 +844,7 @@ func TestWorkflowMemoize(t *testing.T) {
 
 		// Same workflow, same input bytes (under another name): a hit, in another execution too.
 		b.rep = newWftReporter()
-		again, err := b.runner(nil).run(t.Context(), wftNode("x21", cfg), map[string]any{"img": File{Name: "b.png", Data: []byte("first image")}}, 0)
+		again, err := b.runner(nil).run(t.Context(), wftNode("x21", cfg), map[string]any{"img": File{Name: "b.png", Data: comfytest.SolidPNG(2, 2, 0x010203)}}, 0)
 		require.NoError(t, err)
 		assert.True(t, again.memoized)
 		assert.Zero(t, again.runs)
@@ -854,7 +854,7 @@ func TestWorkflowMemoize(t *testing.T) {
 		assert.Empty(t, b.rep.all(), "and reports no job")
 
 		// Other bytes, another declared output, or another workflow: misses.
-		_, err = w.run(t.Context(), wftNode("x22", cfg), map[string]any{"img": File{Name: "a.png", Data: []byte("other image")}}, 0)
+		_, err = w.run(t.Context(), wftNode("x22", cfg), map[string]any{"img": File{Name: "a.png", Data: comfytest.SolidPNG(2, 2, 0x040506)}}, 0)
 		require.NoError(t, err)
 		assert.Equal(t, 2, prompts())
 		cfg2 := *cfg

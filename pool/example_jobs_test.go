@@ -60,7 +60,7 @@ func Example_accounting() {
 	wf, _ := comfy.ParseWorkflow([]byte(`{"1":{"class_type":"LoadImage","inputs":{"image":""}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"out"}}}`))
 	opts := &pool.EnqueueOpts{
 		Metadata:        map[string]string{"tenant": "acme"},
-		Inputs:          []pool.InputFile{{Name: "cat.png", Data: []byte("a cat"), Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}},
+		Inputs:          []pool.InputFile{{Name: "cat.png", Data: comfytest.SolidPNG(64, 64, 0xffa500), Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}},
 		DownloadOutputs: true,
 	}
 	res, err := p.Run(ctx, wf, opts)

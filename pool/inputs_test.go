@@ -56,7 +56,7 @@ func TestInputFilesUploadedToEachAttemptsBackend(t *testing.T) {
 		// gpu-1 already holds a different photo.png: its upload is renamed.
 		seed, err := comfy.NewClient(b.servers[1].URL, &comfy.ClientOptions{HTTPClient: b.servers[1].Client(), Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		ref, err := seed.UploadImage(t.Context(), strings.NewReader("other bytes"), "photo.png", nil)
+		ref, err := seed.UploadImage(t.Context(), bytes.NewReader(comfytest.SolidPNG(2, 2, 0x112233)), "photo.png", nil)
 		require.NoError(t, err)
 		require.Equal(t, "photo.png", ref.Filename)
 		want := map[string]string{"gpu-0": "photo.png", "gpu-1": "photo (1).png"}
@@ -73,7 +73,7 @@ func TestInputFilesUploadedToEachAttemptsBackend(t *testing.T) {
 				Name: "photo.png",
 				Open: func() (io.ReadCloser, error) {
 					opens++
-					return io.NopCloser(bytes.NewReader([]byte("the photo"))), nil
+					return io.NopCloser(bytes.NewReader(comfytest.SolidPNG(2, 2, 0x445566))), nil
 				},
 				Targets: []pool.InputTarget{{Node: "1", Input: "image"}},
 			}},

@@ -332,7 +332,7 @@ func TestInputsThroughTheFileStore(t *testing.T) {
 				Name: "photo.png",
 				Open: func() (io.ReadCloser, error) {
 					opens++
-					return io.NopCloser(bytes.NewReader([]byte("the photo"))), nil
+					return io.NopCloser(bytes.NewReader(comfytest.SolidPNG(2, 2, 0x445566))), nil
 				},
 				Targets: []pool.InputTarget{{Node: "1", Input: "image"}},
 			}},

@@ -83,17 +83,19 @@ type NodeBehavior struct {
 	// inside a synctest bubble).
 	Duration time.Duration
 	// ProgressSteps emits this many progress (+progress_state) updates spread
-	// over Duration.
+	// over Duration. KSampler and FakeSampler default to their steps input.
 	ProgressSteps int
 	// Previews emits this many binary preview frames (type 1, or type 4 for
-	// sockets that sent supports_preview_metadata).
+	// sockets that sent supports_preview_metadata). KSampler and
+	// FakeSampler default to one per progress step; -1 sends none.
 	Previews int
-	// PreviewBytes is the size of each preview image payload (default: a
-	// small JPEG-looking payload).
+	// PreviewBytes is the size of each preview image payload. Default: a
+	// small JPEG-looking payload; for KSampler a real JPEG of the latent's
+	// size (width/8 x height/8) in the colour of the image it samples.
 	PreviewBytes int
 	// UI computes the node's UI output (e.g. "images": [...]); keys are
 	// sent in sorted order. inputs holds the node's resolved inputs (widget
-	// values coerced: INT int64, FLOAT float64; linked IMAGE values are
+	// values coerced: INT int64, or uint64 beyond it, FLOAT float64; linked IMAGE values are
 	// opaque); counter is a server-wide sequence number starting at 1.
 	// Default for output nodes: one file record per image {"filename":
 	// "<filename_prefix>_%05d_.png", "subfolder": "", "type": "output"},

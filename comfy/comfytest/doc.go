@@ -9,8 +9,8 @@
 // execution_interrupted, status, executing{node:null}), the validation
 // error envelopes, history, queue, uploads with renaming and /view. Node
 // classes come from a built-in registry of model-free core nodes (see
-// Builtins) plus the fake FakeSampler (progress and preview frames) and
-// CheckpointLoaderSimple (model-load delay), LoraLoader and VAELoader;
+// Builtins), the nodes of ComfyUI's default workflow, LoraLoader, VAELoader
+// and the fake FakeSampler (progress and preview frames);
 // tests can add or override classes with Options.Nodes, remove them with
 // Options.Without, and give each server its own model files with
 // Options.Models (the loaders' allowed values, as /object_info lists them).
@@ -37,6 +37,49 @@
 //		for _, p := range srv.Prompts() { ... p.PromptID, p.ClientID, p.Status ... }
 //	}
 //
+// # ComfyUI's default workflow
+//
+// DefaultWorkflow is the text-to-image graph a fresh ComfyUI shows, as
+// "Export (API)" saves it, and it runs unmodified on NewServer(nil). Its
+// nodes validate their inputs as the real ones do (KSampler's sampler_name
+// and scheduler lists, cfg, steps and denoise ranges, seeds up to 2^64-1,
+// EmptyLatentImage's sizes, the checkpoint among the server's models,
+// MODEL, CLIP, VAE, CONDITIONING, LATENT and IMAGE links by type) and pass
+// those values along without tensor math:
+//
+//   - CheckpointLoaderSimple loads nothing; its LoadDelay models the load.
+//   - EmptyLatentImage makes a latent of width x height x batch_size.
+//   - KSampler sends one progress message per step (its steps input) and
+//     with each a preview frame, a JPEG of the latent's size (width/8 x
+//     height/8). Its output has one colour per batch item, derived from
+//     the seed and every other input, so another seed gives other pixels
+//     and the same inputs the same pixels on any server. Options.Nodes may
+//     override it (Builtins()["KSampler"] with ProgressSteps, Previews -1
+//     for none, Duration to spread the steps over time).
+//   - VAEDecode gives batch_size images of width x height (each rounded
+//     down to a multiple of 8, as a real latent decodes).
+//   - SaveImage writes one 8-bit RGB PNG of that size per batch item
+//     (ComfyUI_00001_.png, ComfyUI_00002_.png, ...) that /view serves.
+//
+// A solid-colour PNG is built in microseconds whatever its size, so the
+// default workflow costs the fake a few milliseconds, mostly its progress
+// messages.
+//
+// LoadImage reads the uploaded file it names: PNG, JPEG and GIF (a frame
+// per batch item) decode with the standard library, and its IMAGE output
+// carries their pixels (as RGB) through SaveImage and PreviewImage,
+// ImageInvert, ImageScale (nearest neighbour) and the mask conversions, so
+// LoadImage -> SaveImage gives back an uploaded PNG pixel for pixel. Its
+// MASK is 1 - alpha, or a 64x64 zero mask for an image without alpha, as
+// the real node makes it. A file it cannot decode (WEBP, BMP and TIFF
+// included, which Pillow would read) fails the node with execution_error
+// PIL.UnidentifiedImageError "cannot identify image file '<path>'", or
+// OSError "image file is truncated" for a cut-off file; a file overwritten
+// under the same name is read again (IS_CHANGED hashes it). SolidPNG makes
+// an image to upload.
+//
+// # In-memory and TLS servers
+//
 // In-memory mode (NewInMemoryServer) connects through net.Pipe, so a server
 // created inside a testing/synctest bubble runs on fake time: node
 // Durations, LoadDelay, HistoryDelay and SetLatency elapse instantly and
@@ -47,6 +90,8 @@
 // NewTLSServer (or NewUnstartedServer then StartTLS) serves HTTPS and wss://
 // with a self-signed certificate that s.Client() trusts, for testing a
 // client behind a TLS proxy.
+//
+// # Fidelity
 //
 // Faithful quirks worth knowing:
 //   - execution_success (and error/interrupted) is sent before the history
@@ -64,9 +109,11 @@
 //     Duration.
 //   - Rejected prompts consume priority numbers; numbers are only priorities.
 //
-// Simplifications: nodes do no image math (IMAGE values carry only a size
-// and a colour; saved files are solid-colour PNGs with sides capped at 512
-// px, one per batch item up to 64); /view ignores preview= and channel= and
+// Simplifications: nodes do no image math beyond the above (generated IMAGE
+// values carry only a size and a colour per batch item; saved files are
+// PNGs of that size, one per batch item up to 64, without the real
+// server's prompt and workflow text chunks; other image nodes pass their
+// input through); /view ignores preview= and channel= and
 // serves stored bytes as they are; /upload/mask stores the uploaded bytes
 // (no alpha merge); POST /free acts at once instead of after the running
 // prompt; the order in which independent output nodes run (and of the

@@ -147,8 +147,9 @@ func nodeClass(node any) string {
 
 // signatures computes each node's cache key: class + sorted inputs with
 // links replaced by the ancestor's key, as the real server's
-// CacheKeySetInputSignature (ids excluded).
-func signatures(prompt omap) map[string]string {
+// CacheKeySetInputSignature (ids excluded), plus what changed(node) says
+// (the node class's IS_CHANGED value).
+func signatures(prompt omap, changed func(node any) string) map[string]string {
 	sigs := map[string]string{}
 	var sig func(id string, depth int) string
 	sig = func(id string, depth int) string {
@@ -161,6 +162,9 @@ func signatures(prompt omap) map[string]string {
 		}
 		h := sha256.New()
 		h.Write([]byte(nodeClass(node)))
+		if c := changed(node); c != "" {
+			h.Write([]byte("\x00changed:" + c))
+		}
 		in := nodeInputs(node)
 		keys := in.keys()
 		sort.Strings(keys)
@@ -269,7 +273,12 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	s.mu.Lock()
 	s.intrFlag = false
 	r.addMessageLocked("execution_start", r.withTS(omap{{"prompt_id", t.id}}), false)
-	r.sigs = signatures(t.prompt)
+	r.sigs = signatures(t.prompt, func(node any) string {
+		if d := t.nodes[nodeClass(node)]; d != nil && d.isChanged != nil {
+			return d.isChanged(s, nodeInputs(node))
+		}
+		return ""
+	})
 	live := map[string]bool{}
 	for _, v := range r.sigs {
 		live[v] = true
@@ -642,10 +651,16 @@ func (r *run) runNode(id string) (runResult, omap) {
 	if d.stepsInput != "" && previews == 0 {
 		previews = steps
 	}
+	previews = max(previews, 0) // -1: none, even for a sampler
 	n := max(steps, previews)
 	if n > 0 {
 		per := d.Duration / time.Duration(n)
-		img := previewBytes(d.PreviewBytes)
+		var img []byte
+		if d.preview != nil && d.PreviewBytes == 0 && previews > 0 {
+			img = d.preview(s, in)
+		} else {
+			img = previewBytes(d.PreviewBytes)
+		}
 		for i := 1; i <= n; i++ {
 			if !sleep(r.ctx, per) {
 				return resAbandoned, nil
@@ -691,7 +706,7 @@ func (r *run) runNode(id string) (runResult, omap) {
 		s.mu.Unlock()
 	}
 
-	outs, fail := d.outputs(in)
+	outs, fail := d.outputs(s, in)
 	if d.Fail != nil {
 		fail = d.Fail
 	}

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
 	"io"
 	"mime"
 	"net/http"
@@ -14,41 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // fileKey names a stored file: type ("input", "output", "temp"),
 // subfolder and name.
 type fileKey struct{ typ, sub, name string }
-
-const maxPNGSide = 512
-
-// encodePNG makes a solid-colour PNG (sides capped at 512 px to stay cheap).
-func encodePNG(v *imgVal) []byte {
-	w, h := min(max(v.w, 1), maxPNGSide), min(max(v.h, 1), maxPNGSide)
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	c := color.NRGBA{R: uint8(v.color >> 16), G: uint8(v.color >> 8), B: uint8(v.color), A: 255}
-	for y := 0; y < h; y++ {
-		for x := 0; x < w; x++ {
-			img.SetNRGBA(x, y, c)
-		}
-	}
-	var b bytes.Buffer
-	_ = pngEncoder.Encode(&b, img)
-	return b.Bytes()
-}
-
-// pngEncoder reuses the (large) zlib state between encodes.
-var pngEncoder = &png.Encoder{BufferPool: &pngPool{}}
-
-type pngPool struct{ p sync.Pool }
-
-func (p *pngPool) Get() *png.EncoderBuffer {
-	b, _ := p.p.Get().(*png.EncoderBuffer)
-	return b
-}
-
-func (p *pngPool) Put(b *png.EncoderBuffer) { p.p.Put(b) }
 
 var counterRE = regexp.MustCompile(`_(\d{5})_\.png$`)
 
@@ -65,7 +32,11 @@ func (s *Server) saveImages(typ, prefix string, v *imgVal) []any {
 			sub = ""
 		}
 	}
-	data := encodePNG(v)
+	n := v.saved()
+	data := make([][]byte, n)
+	for i := range data {
+		data[i] = s.encodeItem(v, i)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ck := typ + "\x00" + sub + "\x00" + prefix
@@ -84,11 +55,11 @@ func (s *Server) saveImages(typ, prefix string, v *imgVal) []any {
 			}
 		}
 	}
-	s.saveCounters[ck] = next + min(max(v.batch, 1), 64)
+	s.saveCounters[ck] = next + n
 	var recs []any
-	for i := 0; i < min(max(v.batch, 1), 64); i++ {
+	for i := range n {
 		name := fmt.Sprintf("%s_%05d_.png", prefix, next+i)
-		s.files[fileKey{typ, sub, name}] = data
+		s.files[fileKey{typ, sub, name}] = data[i]
 		recs = append(recs, omap{{"filename", name}, {"subfolder", sub}, {"type", typ}})
 	}
 	return recs

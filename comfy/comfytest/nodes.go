@@ -2,21 +2,11 @@ package comfytest
 
 import (
 	"fmt"
+	"image"
+	"maps"
 	"math"
 	"strings"
 )
-
-// imgVal stands in for an IMAGE or MASK tensor: nodes do no image math, they
-// only carry the shape and a colour so saved files are real, decodable PNGs.
-type imgVal struct {
-	w, h, batch int
-	color       uint32 // 0xRRGGBB
-	channels    int    // 3 for RGB images, 1 for masks, 4 with alpha
-}
-
-func (v *imgVal) String() string {
-	return fmt.Sprintf("tensor(shape=[%d, %d, %d, %d])", v.batch, v.h, v.w, v.channels)
-}
 
 // nodeDef is a registry entry: the public behaviour plus built-in hooks.
 type nodeDef struct {
@@ -28,7 +18,7 @@ type nodeDef struct {
 	v3          bool
 	hidden      []string // hidden inputs shown in /object_info
 	// run computes the output values; nil uses the default pass-through.
-	run func(in map[string]any) ([]any, *Failure)
+	run func(s *Server, in map[string]any) ([]any, *Failure)
 	// ui computes the UI dict with access to the server's file store; nil
 	// uses the default for output nodes.
 	ui func(s *Server, nodeID string, in map[string]any) omap
@@ -37,6 +27,13 @@ type nodeDef struct {
 	validate      func(s *Server, in map[string]any) (input, msg string)
 	validatedKeys []string
 	stepsInput    string // take ProgressSteps from this INT input when set
+	// preview makes the preview image sent with each progress step, unless
+	// PreviewBytes is set; nil sends a small JPEG-looking payload.
+	preview func(s *Server, in map[string]any) []byte
+	// isChanged is IS_CHANGED: a value that joins the node's cache
+	// signature (the input file's hash for LoadImage). Called with s.mu
+	// held.
+	isChanged func(s *Server, in omap) string
 }
 
 func f64(v float64) *float64 { return &v }
@@ -55,10 +52,12 @@ func comboIn(name string, opts ...string) InputSpec {
 	return InputSpec{Name: name, Type: "COMBO", Required: true, Options: opts}
 }
 
-// Builtins returns a copy of the built-in node registry (model-free ComfyUI
-// core nodes plus the fake FakeSampler and CheckpointLoaderSimple). Modify an
-// entry and pass it in Options.Nodes to change, say, a LoadDelay; the
-// built-in run logic of that class is kept.
+// Builtins returns a copy of the built-in node registry: model-free ComfyUI
+// core nodes, the nodes of ComfyUI's default workflow (CheckpointLoaderSimple,
+// CLIPTextEncode, EmptyLatentImage, KSampler, VAEDecode, SaveImage; see
+// DefaultWorkflow), LoraLoader, VAELoader and the fake FakeSampler. Modify an
+// entry and pass it in Options.Nodes to change, say, a LoadDelay or
+// KSampler's ProgressSteps; the built-in run logic of that class is kept.
 func Builtins() map[string]NodeBehavior {
 	out := map[string]NodeBehavior{}
 	for k, d := range builtinDefs() {
@@ -69,7 +68,8 @@ func Builtins() map[string]NodeBehavior {
 
 // CheckpointNames are the fake model files CheckpointLoaderSimple accepts
 // by default (the "checkpoints" folder of Options.Models).
-var CheckpointNames = []string{"fake_sd15.safetensors", "fake_sdxl.safetensors", "fake_flux_dev.safetensors"}
+// v1-5-pruned-emaonly-fp16.safetensors is the one DefaultWorkflow loads.
+var CheckpointNames = []string{"fake_sd15.safetensors", "fake_sdxl.safetensors", "fake_flux_dev.safetensors", "v1-5-pruned-emaonly-fp16.safetensors"}
 
 // modelLoaders maps built-in loader classes to their model input and the
 // folder (of Options.Models) that lists its values.
@@ -118,14 +118,18 @@ func asInt(v any) int {
 	return 0
 }
 
+// executorFrames are the first frames of every node failure's traceback
+// (ComfyUI 0.3.64's execution.py down to the node's function).
+var executorFrames = []string{
+	"  File \"<comfyui>/execution.py\", line 496, in execute\n    output_data, output_ui, has_subgraph, has_pending_tasks = await get_output_data(prompt_id, unique_id, obj, input_data_all, execution_block_cb=execution_block_cb, pre_execute_cb=pre_execute_cb, hidden_inputs=hidden_inputs)\n                                                              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
+	"  File \"<comfyui>/execution.py\", line 315, in get_output_data\n    return_values = await _async_map_node_over_list(prompt_id, unique_id, obj, input_data_all, obj.FUNCTION, allow_interrupt=True, execution_block_cb=execution_block_cb, pre_execute_cb=pre_execute_cb, hidden_inputs=hidden_inputs)\n                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
+	"  File \"<comfyui>/execution.py\", line 289, in _async_map_node_over_list\n    await process_inputs(input_dict, i)\n",
+	"  File \"<comfyui>/execution.py\", line 277, in process_inputs\n    result = f(**inputs)\n             ^^^^^^^^^^^\n",
+}
+
 func builtinDefs() map[string]*nodeDef {
-	imageTraceback := []string{
-		"  File \"<comfyui>/execution.py\", line 496, in execute\n    output_data, output_ui, has_subgraph, has_pending_tasks = await get_output_data(prompt_id, unique_id, obj, input_data_all, execution_block_cb=execution_block_cb, pre_execute_cb=pre_execute_cb, hidden_inputs=hidden_inputs)\n                                                              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
-		"  File \"<comfyui>/execution.py\", line 315, in get_output_data\n    return_values = await _async_map_node_over_list(prompt_id, unique_id, obj, input_data_all, obj.FUNCTION, allow_interrupt=True, execution_block_cb=execution_block_cb, pre_execute_cb=pre_execute_cb, hidden_inputs=hidden_inputs)\n                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
-		"  File \"<comfyui>/execution.py\", line 289, in _async_map_node_over_list\n    await process_inputs(input_dict, i)\n",
-		"  File \"<comfyui>/execution.py\", line 277, in process_inputs\n    result = f(**inputs)\n             ^^^^^^^^^^^\n",
-		"  File \"<comfyui>/comfy_extras/nodes_mask.py\", line 137, in image_to_mask\n    mask = image[:, :, :, channels.index(channel)]\n           ~~~~~^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
-	}
+	imageTraceback := append(append([]string(nil), executorFrames...),
+		"  File \"<comfyui>/comfy_extras/nodes_mask.py\", line 137, in image_to_mask\n    mask = image[:, :, :, channels.index(channel)]\n           ~~~~~^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n")
 	hiddenSave := []string{"prompt", "extra_pnginfo"}
 	defs := map[string]*nodeDef{
 		"EmptyImage": {
@@ -134,17 +138,21 @@ func builtinDefs() map[string]*nodeDef {
 				intIn("batch_size", 1, 1, 4096, false), intIn("color", 0, 0, 0xFFFFFF, true),
 			}, Outputs: []string{"IMAGE"}},
 			displayName: "EmptyImage", category: "image", module: "nodes",
-			run: func(in map[string]any) ([]any, *Failure) {
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
 				return []any{&imgVal{w: asInt(in["width"]), h: asInt(in["height"]), batch: asInt(in["batch_size"]), color: uint32(asInt(in["color"])), channels: 3}}, nil
 			},
 		},
 		"ImageInvert": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{linkIn("image", "IMAGE")}, Outputs: []string{"IMAGE"}},
 			displayName:  "Invert Image", category: "image", module: "nodes",
-			run: func(in map[string]any) ([]any, *Failure) {
-				v := *firstImage(in, "image")
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				v := firstImage(in, "image").mapPix(invertPix)
 				v.color = ^v.color & 0xFFFFFF
-				return []any{&v}, nil
+				v.colors = make([]uint32, len(v.colors))
+				for i, c := range firstImage(in, "image").colors {
+					v.colors[i] = ^c & 0xFFFFFF
+				}
+				return []any{v}, nil
 			},
 		},
 		"ImageScale": {
@@ -153,15 +161,20 @@ func builtinDefs() map[string]*nodeDef {
 				intIn("width", 512, 0, 16384, true), intIn("height", 512, 0, 16384, true),
 				comboIn("crop", "disabled", "center")}, Outputs: []string{"IMAGE"}},
 			displayName: "Upscale Image", category: "image/upscaling", module: "nodes",
-			run: func(in map[string]any) ([]any, *Failure) {
-				v := *firstImage(in, "image")
-				if w := asInt(in["width"]); w > 0 {
-					v.w = w
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				src := firstImage(in, "image")
+				w, h := asInt(in["width"]), asInt(in["height"])
+				switch {
+				case w <= 0 && h <= 0:
+					w, h = src.w, src.h
+				case w <= 0: // keep the aspect ratio, as common_upscale's caller does
+					w = max(1, int(math.Round(float64(src.w)*float64(h)/float64(max(src.h, 1)))))
+				case h <= 0:
+					h = max(1, int(math.Round(float64(src.h)*float64(w)/float64(max(src.w, 1)))))
 				}
-				if h := asInt(in["height"]); h > 0 {
-					v.h = h
-				}
-				return []any{&v}, nil
+				v := src.mapPix(func(p *image.RGBA) *image.RGBA { return scalePix(p, w, h) })
+				v.w, v.h = w, h
+				return []any{v}, nil
 			},
 		},
 		"ImageBlur": {
@@ -175,21 +188,29 @@ func builtinDefs() map[string]*nodeDef {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{linkIn("image", "IMAGE"), comboIn("channel", "red", "green", "blue", "alpha")},
 				Outputs: []string{"MASK"}},
 			displayName: "Convert Image to Mask", category: "mask", module: "comfy_extras.nodes_mask",
-			run: func(in map[string]any) ([]any, *Failure) {
-				v := *firstImage(in, "image")
-				if in["channel"] == "alpha" && v.channels < 4 {
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				src := firstImage(in, "image")
+				if in["channel"] == "alpha" && src.channels < 4 {
 					return nil, &Failure{ExceptionType: "IndexError",
-						ExceptionMessage: fmt.Sprintf("index 3 is out of bounds for dimension 3 with size %d", v.channels),
+						ExceptionMessage: fmt.Sprintf("index 3 is out of bounds for dimension 3 with size %d", src.channels),
 						Traceback:        imageTraceback}
 				}
+				ch := map[any]int{"red": 0, "green": 1, "blue": 2}[in["channel"]]
+				v := src.mapPix(channelPix(ch))
 				v.channels = 1
-				return []any{&v}, nil
+				grey := func(c uint32) uint32 { return (c >> (16 - 8*ch) & 0xFF) * 0x010101 }
+				v.color = grey(v.color)
+				v.colors = make([]uint32, len(src.colors))
+				for i, c := range src.colors {
+					v.colors[i] = grey(c)
+				}
+				return []any{v}, nil
 			},
 		},
 		"MaskToImage": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{linkIn("mask", "MASK")}, Outputs: []string{"IMAGE"}},
 			displayName:  "Convert Mask to Image", category: "mask", module: "comfy_extras.nodes_mask",
-			run: func(in map[string]any) ([]any, *Failure) {
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
 				v := *firstImage(in, "mask")
 				v.channels = 3
 				return []any{&v}, nil
@@ -231,12 +252,8 @@ func builtinDefs() map[string]*nodeDef {
 				}
 				return "", ""
 			},
-			run: func(in map[string]any) ([]any, *Failure) {
-				img := &imgVal{w: 64, h: 64, batch: 1, channels: 3, color: 0x808080}
-				m := *img
-				m.channels = 1
-				return []any{img, &m}, nil
-			},
+			run:       loadImage,
+			isChanged: loadImageChanged,
 		},
 		"PreviewAny": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "source", Type: "*", Required: true}}, OutputNode: true},
@@ -252,30 +269,30 @@ func builtinDefs() map[string]*nodeDef {
 		"PrimitiveInt": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{intIn("value", 0, -9223372036854775807, 9223372036854775807, false)}, Outputs: []string{"INT"}},
 			category:     "utils/primitive", module: "comfy_extras.nodes_primitive", displayName: "Int", v3: true,
-			run: func(in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
 		},
 		"PrimitiveFloat": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "value", Type: "FLOAT", Required: true, Default: pyFloat(0)}}, Outputs: []string{"FLOAT"}},
 			category:     "utils/primitive", module: "comfy_extras.nodes_primitive", displayName: "Float", v3: true,
-			run: func(in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
 		},
 		"PrimitiveString": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "value", Type: "STRING", Required: true, Default: ""}}, Outputs: []string{"STRING"}},
 			category:     "utils/primitive", module: "comfy_extras.nodes_primitive", displayName: "String", v3: true,
-			run: func(in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
 		},
 		"PrimitiveBoolean": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{{Name: "value", Type: "BOOLEAN", Required: true, Default: false}}, Outputs: []string{"BOOLEAN"}},
 			category:     "utils/primitive", module: "comfy_extras.nodes_primitive", displayName: "Boolean", v3: true,
-			run: func(in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) { return []any{in["value"]}, nil },
 		},
 		"CheckpointLoaderSimple": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{comboIn("ckpt_name", CheckpointNames...)}, Outputs: []string{"MODEL", "CLIP", "VAE"}},
 			displayName:  "Load Checkpoint", category: "loaders", module: "nodes",
 			description: "Loads a diffusion model checkpoint (fake: no file is read).",
-			run: func(in map[string]any) ([]any, *Failure) {
-				name := in["ckpt_name"]
-				return []any{"MODEL:" + pyStr(name), "CLIP:" + pyStr(name), "VAE:" + pyStr(name)}, nil
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				name := pyStr(in["ckpt_name"])
+				return []any{&modelVal{"MODEL", name}, &modelVal{"CLIP", name}, &modelVal{"VAE", name}}, nil
 			},
 		},
 		"LoraLoader": {
@@ -284,11 +301,17 @@ func builtinDefs() map[string]*nodeDef {
 				{Name: "strength_clip", Type: "FLOAT", Required: true, Default: pyFloat(1), Min: f64(-100), Max: f64(100), Step: f64(0.01)}},
 				Outputs: []string{"MODEL", "CLIP"}},
 			displayName: "Load LoRA", category: "loaders", module: "nodes",
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				lora := pyStr(in["lora_name"])
+				return []any{withLoRA(in["model"], lora, in["strength_model"]), withLoRA(in["clip"], lora, in["strength_clip"])}, nil
+			},
 		},
 		"VAELoader": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{comboIn("vae_name")}, Outputs: []string{"VAE"}},
 			displayName:  "Load VAE", category: "loaders", module: "nodes",
-			run: func(in map[string]any) ([]any, *Failure) { return []any{"VAE:" + pyStr(in["vae_name"])}, nil },
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
+				return []any{&modelVal{"VAE", pyStr(in["vae_name"])}}, nil
+			},
 		},
 		"FakeSampler": {
 			NodeBehavior: NodeBehavior{Inputs: []InputSpec{
@@ -300,11 +323,12 @@ func builtinDefs() map[string]*nodeDef {
 			displayName: "Fake Sampler", category: "sampling", module: "comfytest",
 			description: "comfytest only: emits one progress update and one preview frame per step, then outputs an image.",
 			stepsInput:  "steps",
-			run: func(in map[string]any) ([]any, *Failure) {
+			run: func(_ *Server, in map[string]any) ([]any, *Failure) {
 				return []any{&imgVal{w: asInt(in["width"]), h: asInt(in["height"]), batch: 1, channels: 3, color: uint32(asInt(in["seed"])) & 0xFFFFFF}}, nil
 			},
 		},
 	}
+	maps.Copy(defs, samplingDefs())
 	return defs
 }
 
@@ -333,9 +357,9 @@ func buildRegistry(user map[string]NodeBehavior, without []string, models map[st
 }
 
 // defaultOutputs passes through the first input of each declared output type.
-func (d *nodeDef) outputs(in map[string]any) ([]any, *Failure) {
+func (d *nodeDef) outputs(s *Server, in map[string]any) ([]any, *Failure) {
 	if d.run != nil {
-		return d.run(in)
+		return d.run(s, in)
 	}
 	out := make([]any, len(d.Outputs))
 	for i, typ := range d.Outputs {

@@ -68,6 +68,7 @@ type Server struct {
 	// files survive Restart, as on disk
 	files        map[fileKey][]byte
 	saveCounters map[string]int
+	imgs         *imageCache // encoded generated images (images.go)
 
 	// faults
 	latency          time.Duration
@@ -152,6 +153,7 @@ func newServer(opts *Options, inMemory bool) *Server {
 		inMemory:     inMemory,
 		files:        map[fileKey][]byte{},
 		saveCounters: map[string]int{},
+		imgs:         newImageCache(),
 		failNext:     map[string]*failRule{},
 		delayNext:    map[string]*delayRule{},
 		sockets:      map[string]*wsConn{},
