@@ -33,3 +33,32 @@ func BenchmarkPromptRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDefaultWorkflow measures POST /prompt -> executing{node:null}
+// for ComfyUI's default workflow with a new seed each time (nothing
+// cached): 7 nodes, 20 progress steps with a JPEG preview each, one
+// 512x512 PNG saved.
+func BenchmarkDefaultWorkflow(b *testing.B) {
+	wf := string(comfytest.DefaultWorkflow())
+	for _, m := range []struct {
+		name string
+		new  func(*comfytest.Options) *comfytest.Server
+	}{{"loopback", comfytest.NewServer}, {"memory", comfytest.NewInMemoryServer}} {
+		b.Run(m.name, func(b *testing.B) {
+			s := m.new(nil)
+			defer s.Close()
+			ws := dial(b, s, "?clientId="+cid)
+			ws.next()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				body := prompt(strings.Replace(wf, `"seed": 156680208700286`, `"seed": `+strconv.Itoa(i), 1), "")
+				resp, err := s.Client().Post(s.URL+"/prompt", "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+				ws.untilDone()
+			}
+		})
+	}
+}

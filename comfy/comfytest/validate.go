@@ -156,7 +156,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 	customIn := map[string]any{}
 	for _, spec := range d.Inputs {
 		val, present := inputs.get(spec.Name)
-		cfg := d.inputConfig(spec)
+		cfg := func() any { return d.inputConfig(spec) } // only errors need it
 		if !present {
 			if spec.Required {
 				errs = append(errs, apiError("required_input_missing", "Required input is missing", spec.Name, omap{{"input_name", spec.Name}}))
@@ -172,7 +172,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 		if arr, ok := val.([]any); ok {
 			if len(arr) != 2 {
 				errs = append(errs, apiError("bad_linked_input", "Bad linked input, must be a length-2 list of [node_id, slot_index]", spec.Name,
-					omap{{"input_name", spec.Name}, {"input_config", cfg}, {"received_value", val}}))
+					omap{{"input_name", spec.Name}, {"input_config", cfg()}, {"received_value", val}}))
 				continue
 			}
 			src, slot, isL := isLink(arr)
@@ -195,7 +195,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 				rt := sd.Outputs[slot]
 				if spec.Type != "*" && rt != "*" && rt != spec.Type && !(spec.Type == "COMBO" && rt == "COMBO") {
 					errs = append(errs, apiError("return_type_mismatch", "Return type mismatch between linked nodes", fmt.Sprintf("%s, received_type(%s) mismatch input_type(%s)", spec.Name, rt, spec.Type),
-						omap{{"input_name", spec.Name}, {"input_config", cfg}, {"received_type", rt}, {"linked_node", val}}))
+						omap{{"input_name", spec.Name}, {"input_config", cfg()}, {"received_type", rt}, {"linked_node", val}}))
 					continue
 				}
 			}
@@ -226,7 +226,7 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 		if cerr != nil {
 			errs = append(errs, apiError("invalid_input_type", "Failed to convert an input value to a "+spec.Type+" value",
 				fmt.Sprintf("%s, %s, %s", spec.Name, pyStr(val), cerr.Error()),
-				omap{{"input_name", spec.Name}, {"input_config", cfg}, {"received_value", val}, {"exception_message", cerr.Error()}}))
+				omap{{"input_name", spec.Name}, {"input_config", cfg()}, {"received_value", val}, {"exception_message", cerr.Error()}}))
 			continue
 		}
 		inputs.set(spec.Name, conv)
@@ -235,12 +235,12 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 			f := toF(conv)
 			if spec.Min != nil && f < *spec.Min {
 				errs = append(errs, apiError("value_smaller_than_min", fmt.Sprintf("Value %s smaller than min of %s", pyStr(conv), numStr(spec, *spec.Min)), spec.Name,
-					omap{{"input_name", spec.Name}, {"input_config", cfg}, {"received_value", conv}}))
+					omap{{"input_name", spec.Name}, {"input_config", cfg()}, {"received_value", conv}}))
 				continue
 			}
 			if spec.Max != nil && f > *spec.Max {
 				errs = append(errs, apiError("value_bigger_than_max", fmt.Sprintf("Value %s bigger than max of %s", pyStr(conv), numStr(spec, *spec.Max)), spec.Name,
-					omap{{"input_name", spec.Name}, {"input_config", cfg}, {"received_value", conv}}))
+					omap{{"input_name", spec.Name}, {"input_config", cfg()}, {"received_value", conv}}))
 				continue
 			}
 		}
@@ -248,11 +248,11 @@ func (v *validator) validateNode(id string, depth int) (bool, omap) {
 			s, isStr := conv.(string)
 			if !isStr || !contains(spec.Options, s) {
 				var listInfo string
-				var icfg any = cfg
+				var icfg any // none for long lists, as the real server
 				if len(spec.Options) > 20 {
 					listInfo = fmt.Sprintf("(list of length %d)", len(spec.Options))
-					icfg = nil
 				} else {
+					icfg = cfg()
 					q := make([]string, len(spec.Options))
 					for i, o := range spec.Options {
 						q[i] = pyRepr(o)
