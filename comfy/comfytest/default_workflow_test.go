@@ -143,6 +143,12 @@ func TestDefaultWorkflow(t *testing.T) {
 	assert.InDelta(t, float64(first.G), float64(pc.G), 8)
 	assert.InDelta(t, float64(first.B), float64(pc.B), 8)
 
+	// Unchanged, it is a fully cached run, as on a real server.
+	res, got = runDefault(t, c, defaultWF(t))
+	assert.ElementsMatch(t, []string{"3", "4", "5", "6", "7", "8", "9"}, res.Cached)
+	assert.Empty(t, got.progress)
+	assert.Equal(t, files, res.Outputs["9"].Files(), "the same file")
+
 	// Another seed, size and batch: three PNGs of 768x512, all different.
 	res, got = runDefault(t, c, defaultWF(t, [3]any{"3", "seed", 7}, [3]any{"5", "width", 768}, [3]any{"5", "batch_size", 3}, [3]any{"3", "steps", 4}))
 	assert.Len(t, got.progress, 4)

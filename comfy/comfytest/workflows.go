@@ -48,6 +48,8 @@ var defaultWorkflow []byte
 // CheckpointNames): node "3" sends 20 progress messages, each with a
 // preview frame, and outputs["9"] lists ComfyUI_00001_.png, a 512x512 PNG
 // served by /view in a colour that depends on the seed and the other
-// sampler inputs. Edit it with comfy.ParseWorkflow and Workflow.SetInput
-// (a seed per job, another size or batch_size).
+// sampler inputs. Submitted again unchanged it is a fully cached run, as
+// on a real server: no progress, and the outputs name the same file. Edit
+// it with comfy.ParseWorkflow and Workflow.SetInput (a seed per job,
+// another size or batch_size).
 func DefaultWorkflow() []byte { return bytes.Clone(defaultWorkflow) }
