@@ -3,8 +3,8 @@
 // (the pool) use on top of a driver.
 //
 // API is not stable before v1: [Driver] will be frozen then and extended only
-// through optional interfaces such as [Notifier], [SpaceNotifier] and
-// [Watcher].
+// through optional interfaces such as [Notifier], [SpaceNotifier],
+// [Watcher] and [Settler].
 //
 // # The record holds the truth
 //
@@ -27,7 +27,9 @@
 //   - the lease: LeasedBy, LeaseToken, LeasedAt, LeaseExpiresAt,
 //     AvailableAt;
 //   - the answer: FinishedAt, Result (opaque bytes), Error (why a dead or
-//     cancelled job ended).
+//     cancelled job ended);
+//   - the settlement: Settle (the enqueuer settles the job's end) and
+//     Unsettled (it has ended and is not settled yet).
 //
 // Classes and errors are plain strings ([ErrorSummary] is {class,
 // message, node id, node type}), so a database stores them in columns and
@@ -102,6 +104,36 @@
 // both call Enqueue once per job, and a batch that fails halfway has
 // stored the jobs before the one named (their IDs are returned).
 //
+// # Settling: accounting exactly once
+//
+// What the enqueuer does once a job ends (the pool's accounting hook:
+// consume a reservation when the job completed, refund it when it did
+// not) must happen once per job even when the process that ended the job
+// dies right after the queue's terminal write. A job enqueued with
+// EnqueueParams.Settle over a driver implementing [Settler] is marked
+// Unsettled by that terminal write itself (Complete, Fail dead-lettering,
+// Cancel, a lease expiry dead-lettering it: every path, in the same
+// atomic write), and stays so until the enqueuer calls [Queue.Settle]
+// after its hook ran:
+//
+//	job, err := q.Complete(ctx, id, token, result) // job.Unsettled
+//	consume(job)                                   // idempotent by job.ID
+//	_, err = q.Settle(ctx, id)
+//
+// A surviving process sweeps for the ends a dead one left unsettled with
+// [Queue.ClaimUnsettled], which claims up to a limit of them, oldest
+// finished first, for a while (like a lease: concurrent sweepers never
+// get the same job while its claim lasts, and a job whose sweeper died
+// too comes back when the claim lapses), and settles each in its place.
+// The hook therefore runs at least once per ended job; keyed by job ID
+// it counts exactly once. Settling is idempotent (a job that is not
+// unsettled is returned unchanged), [Queue.Retry] clears Unsettled (settle
+// the end it undoes first), and neither Purge nor a driver's retention
+// deletes an unsettled job. Both methods return an error matching
+// errors.ErrUnsupported over a driver without Settler, and Enqueue refuses
+// Settle there. Unsettled jobs are indexed by finish time, so a sweep
+// costs the jobs it returns, not the jobs in the queue.
+//
 // # Listing, pausing, watching
 //
 // [Queue.List] pages through jobs by state, workflow, stored template,
@@ -164,7 +196,8 @@
 // [ErrNotFound], [ErrDuplicate] (a [*DuplicateError] carries the existing
 // job's ID), [ErrQueueFull] ([*FullError]), [ErrLeaseLost], [ErrInvalidState],
 // [ErrClosed], [ErrInvalid] (bad arguments); errors.ErrUnsupported from
-// Subscribe when the driver has no change feed. A batch wraps the error of
+// Subscribe when the driver has no change feed, and from Settle,
+// ClaimUnsettled and an enqueue with Settle when it does not settle jobs. A batch wraps the error of
 // the job it names in a [*BatchError], which errors.Is and errors.As see
 // through.
 //
@@ -217,5 +250,13 @@
 //     requires).
 //   - Retry: UPDATE ... WHERE state IN ('dead', 'cancelled'). Purge:
 //     DELETE the oldest finished (ORDER BY finished_at LIMIT $n) in the
-//     states asked for.
+//     states asked for, AND NOT unsettled.
+//   - Settlement: every terminal UPDATE sets unsettled = settle; a
+//     partial index ON jobs (finished_at) WHERE unsettled serves
+//     ClaimUnsettled: UPDATE jobs SET settle_claim_until = $now + $claim
+//     WHERE id IN (SELECT id ... WHERE unsettled AND finished_at <= $b
+//     AND (settle_claim_until IS NULL OR settle_claim_until <= $now)
+//     ORDER BY finished_at LIMIT $n FOR UPDATE SKIP LOCKED). Redis: the
+//     terminal script adds the job to a sorted set by finish time, and
+//     the claim script moves it to one by claim expiry.
 package queue

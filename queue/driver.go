@@ -26,6 +26,9 @@ import (
 //     a Watcher's buffer is >= 1;
 //   - the IdempotencyKeys of a batch ([IDEnqueuer]) are distinct, and a
 //     batch is not empty;
+//   - EnqueueParams.Settle is set only when the driver implements
+//     [Settler]; Settler's claim is positive and its limit within 1 and
+//     MaxListLimit (finishedBefore may be zero: no bound);
 //   - params are not changed by the caller during the call. They may be
 //     the caller's own slices and maps: Queue passes them through when
 //     they need no normalisation (EnqueueParams.Overrides, Payload and
@@ -63,6 +66,14 @@ import (
 //   - Complete and Fail count an attempt; Requeue does not and keeps
 //     priority and age.
 //   - Every write increments Job.Version.
+//   - A job enqueued with EnqueueParams.Settle (Job.Settle) becomes
+//     Unsettled in the same atomic write that makes it terminal, on
+//     every path: Complete; Fail dead-lettering it (NoRetry, or its
+//     attempts used up); Cancel; a lease expiry dead-lettering it,
+//     however lazily applied. A job without Settle never is Unsettled.
+//     Retry clears Unsettled (and a claim, see [Settler]). Purge and any
+//     retention the driver applies skip unsettled jobs: deleting one
+//     would lose its settlement.
 //   - Token operations with a token that is not the job's current lease
 //     return ErrLeaseLost; unknown IDs return ErrNotFound.
 //   - Drivers never retry on their own; errors from the backing store are
@@ -72,7 +83,8 @@ import (
 // Data crossing the interface is plain data (no callbacks), so a database
 // adapter can evaluate everything in a query. Implementations must be safe
 // for concurrent use. This interface is not frozen before v1; it will then be
-// extended only through optional interfaces such as [Notifier].
+// extended only through optional interfaces such as [Notifier] and
+// [Settler].
 type Driver interface {
 	// Enqueue stores a new job in state queued (Version 1) and returns it.
 	// It returns a *FullError at capacity, a *DuplicateError for a used
@@ -109,9 +121,9 @@ type Driver interface {
 	// Retry puts a dead or cancelled job back in the queue by hand: state
 	// queued, AvailableAt now, AttemptsUsed zero, FinishedAt and Error
 	// cleared; Attempts (the history), EnqueuedAt (its place in line and in
-	// lists), Needs, ExcludeBackends and the idempotency key are kept. A
-	// completed or unfinished job gives ErrInvalidState; a full queue a
-	// *FullError.
+	// lists), Needs, ExcludeBackends and the idempotency key are kept;
+	// Unsettled and a settlement claim are cleared. A completed or
+	// unfinished job gives ErrInvalidState; a full queue a *FullError.
 	Retry(ctx context.Context, id string) (*Job, error)
 	// Get returns the job.
 	Get(ctx context.Context, id string) (*Job, error)
@@ -120,7 +132,8 @@ type Driver interface {
 	// ErrInvalid.
 	List(ctx context.Context, p *ListParams) (*ListPage, error)
 	// Purge deletes terminal jobs that match p, oldest finished first, and
-	// returns how many. Their idempotency keys become free.
+	// returns how many, skipping unsettled ones (Job.Unsettled). Their
+	// idempotency keys become free.
 	Purge(ctx context.Context, p *PurgeParams) (int, error)
 
 	// PutWorkflow stores body under key unless a body is stored there

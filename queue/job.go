@@ -127,6 +127,18 @@ type Job struct {
 	// CancelParams.Error (or Class "cancelled"). Zero while the job is
 	// unfinished or completed; Retry clears it.
 	Error ErrorSummary
+
+	// Settle reports that the job was enqueued with EnqueueParams.Settle:
+	// its end is to be settled by the enqueuer (see [Settler]). It never
+	// changes.
+	Settle bool
+	// Unsettled reports that the job's end is not settled yet: it is set,
+	// for a job with Settle only, by the write that makes the job
+	// terminal, whichever way (Complete, Fail dead-lettering, Cancel, a
+	// lease expiring with its attempts used up), and cleared by
+	// [Settler.Settle] and by Retry. Purge and the drivers' retention
+	// never delete an unsettled job.
+	Unsettled bool
 }
 
 // Attempt is the record of one attempt: one lease, or the part of it
@@ -259,6 +271,14 @@ type EnqueueParams struct {
 	// ExcludeBackends lists backends that must never lease the job. Empty
 	// names are invalid; duplicates are removed and the list is sorted.
 	ExcludeBackends []string
+	// Settle makes the job's end something the enqueuer settles (the
+	// pool's accounting hook): when the job becomes terminal it is
+	// Unsettled until [Queue.Settle] is called for it, and a process
+	// that finds it so after the one that ended it died settles it in
+	// its place ([Queue.ClaimUnsettled]). It needs a driver implementing
+	// [Settler]; over another, Enqueue fails with an error matching
+	// errors.ErrUnsupported.
+	Settle bool
 }
 
 // LeaseParams says which jobs a backend may run and for how long it leases one.

@@ -68,7 +68,8 @@ type ListPage struct {
 	Counts map[State]int
 }
 
-// PurgeParams selects terminal jobs for [Driver.Purge].
+// PurgeParams selects terminal jobs for [Driver.Purge]. Unsettled jobs
+// (Job.Unsettled) are never purged, whatever the params.
 type PurgeParams struct {
 	// States are the terminal states to purge; nil or empty means
 	// completed, dead and cancelled. A non-terminal state is invalid.

@@ -18,6 +18,7 @@ import (
 type Queue struct {
 	d         Driver
 	ids       IDEnqueuer // d, when it implements IDEnqueuer
+	settler   Settler    // d, when it implements Settler
 	scratch   sync.Pool  // of *[]EnqueueParams (see params)
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -27,7 +28,8 @@ type Queue struct {
 // New returns a Queue over d. The Queue owns d: [Queue.Close] closes it.
 func New(d Driver) *Queue {
 	ids, _ := d.(IDEnqueuer)
-	q := &Queue{d: d, ids: ids, closed: make(chan struct{})}
+	settler, _ := d.(Settler)
+	q := &Queue{d: d, ids: ids, settler: settler, closed: make(chan struct{})}
 	q.scratch.New = func() any { return new([]EnqueueParams) }
 	return q
 }
@@ -163,6 +165,9 @@ func (q *Queue) Enqueue(ctx context.Context, p EnqueueParams) (*Job, error) {
 	if err := NormalizeEnqueueParams(np); err != nil {
 		return nil, err
 	}
+	if err := q.checkSettle(np); err != nil {
+		return nil, err
+	}
 	return q.d.Enqueue(ctx, np)
 }
 
@@ -187,6 +192,9 @@ func (q *Queue) EnqueueID(ctx context.Context, p EnqueueParams) (string, error) 
 	defer q.releaseParams(ps)
 	(*ps)[0] = p
 	if err := NormalizeEnqueueParams(&(*ps)[0]); err != nil {
+		return "", err
+	}
+	if err := q.checkSettle(&(*ps)[0]); err != nil {
 		return "", err
 	}
 	ids, err := q.enqueueIDs(ctx, *ps)
@@ -242,6 +250,9 @@ func (q *Queue) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]string,
 		if err := NormalizeEnqueueParams(&nps[i]); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
+		if err := q.checkSettle(&nps[i]); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
 		k := nps[i].IdempotencyKey
 		if k == "" || len(nps) == 1 {
 			continue
@@ -289,6 +300,9 @@ func (q *Queue) EnqueueWait(ctx context.Context, p EnqueueParams) (*Job, error) 
 		return nil, err
 	}
 	if err := NormalizeEnqueueParams(&p); err != nil {
+		return nil, err
+	}
+	if err := q.checkSettle(&p); err != nil {
 		return nil, err
 	}
 	sn, _ := q.d.(SpaceNotifier)
@@ -472,7 +486,9 @@ func (q *Queue) CancelWith(ctx context.Context, id string, p CancelParams) (*Job
 
 // Retry puts a dead or cancelled job back in the queue by hand (see
 // [Driver].Retry for what it resets and keeps). A completed or unfinished
-// job gives ErrInvalidState.
+// job gives ErrInvalidState. Retry clears Job.Unsettled: settle the end
+// that Retry undoes first (run its accounting, then [Queue.Settle]), or
+// it is never settled.
 func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 	if err := q.check(ctx); err != nil {
 		return nil, err
@@ -526,7 +542,8 @@ func normalizeStates(states []State, field string, terminal bool) ([]State, erro
 }
 
 // Purge deletes terminal jobs matching p (see [PurgeParams]), oldest
-// finished first, and returns how many it deleted.
+// finished first, and returns how many it deleted. It skips unsettled
+// jobs (Job.Unsettled): they are kept until settled.
 func (q *Queue) Purge(ctx context.Context, p PurgeParams) (int, error) {
 	if err := q.check(ctx); err != nil {
 		return 0, err

@@ -8,7 +8,7 @@ const DefaultChangeBuffer = 64
 
 // Change is one write to a job record, as a change feed delivers it: every
 // state change and every attempt record (Begin, and the writes that close
-// an attempt) publishes one; Extend does not. A Change says which job and
+// an attempt) publishes one; Extend and Settle do not. A Change says which job and
 // which version; read the record with Get for the rest.
 type Change struct {
 	// JobID is the job written; empty when Gap is set.

@@ -36,6 +36,8 @@ func (q *Queue) toJob(slot uint32) *queue.Job {
 		LeasedBy:        q.syms.str(r.leasedBy),
 		Result:          result,
 		Error:           q.errOf(decodeErr(r.errsec)),
+		Settle:          r.settle,
+		Unsettled:       r.unsettled,
 	}
 	// The ID and the token share one string.
 	var ids [2 * uuidLen]byte
@@ -96,6 +98,7 @@ func (q *Queue) enqueuedJob(slot uint32, r *rec, p *queue.EnqueueParams) *queue.
 		MaxAttempts:     int(r.maxAtt),
 		EnqueuedAt:      at,
 		AvailableAt:     at,
+		Settle:          p.Settle,
 	}
 	j.Overrides, j.Payload, _ = cloneBytes3(p.Overrides, p.Payload, nil)
 	if len(p.Metadata) > 0 {

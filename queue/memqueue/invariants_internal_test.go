@@ -33,7 +33,7 @@ func TestInvariantsUnderRandomOps(t *testing.T) {
 		var ids []string
 		leased := map[string]*queue.Job{}
 		for step := range 2000 {
-			switch op := rng.IntN(14); op {
+			switch op := rng.IntN(16); op {
 			case 0, 1, 2:
 				p := queue.EnqueueParams{
 					Priority: rng.IntN(3), Workflow: pick("", "w1", "w2"), WorkflowKey: pick("", "tpl-a", "tpl-b"),
@@ -41,6 +41,7 @@ func TestInvariantsUnderRandomOps(t *testing.T) {
 					Needs:    [][]string{nil, {"class:X"}, {"value:X/ckpt=a"}}[rng.IntN(3)],
 					Metadata: map[string]string{"tenant": pick("t1", "t2"), pick("a", "b"): fmt.Sprint(step)},
 					Payload:  []byte(fmt.Sprint(step)), Overrides: []byte("o"), MaxAttempts: 1 + rng.IntN(3),
+					Settle: rng.IntN(2) == 0,
 				}
 				if rng.IntN(4) == 0 {
 					p.IdempotencyKey = fmt.Sprint("k", rng.IntN(50))
@@ -100,12 +101,31 @@ func TestInvariantsUnderRandomOps(t *testing.T) {
 			case 13:
 				_, err := q.List(ctx, queue.ListParams{Metadata: map[string]string{"tenant": "t1"}, Limit: 5, Count: true})
 				require.NoError(t, err)
+			case 14:
+				if len(ids) > 0 {
+					_, err := q.Settle(ctx, ids[rng.IntN(len(ids))])
+					if err != nil {
+						require.ErrorIs(t, err, queue.ErrNotFound)
+					}
+				}
+			case 15:
+				js, err := q.ClaimUnsettled(ctx, time.Now().Add(-time.Duration(rng.IntN(3))*time.Second),
+					time.Duration(1+rng.IntN(5))*time.Second, 1+rng.IntN(5))
+				require.NoError(t, err)
+				for _, j := range js {
+					if rng.IntN(3) > 0 {
+						_, err := q.Settle(ctx, j.ID)
+						require.NoError(t, err)
+					}
+				}
 			}
 			require.NoError(t, d.checkInvariants(), "step %d", step)
 		}
-		// Drain: cancel everything unfinished, purge everything finished.
+		// Drain: cancel everything unfinished, settle and purge everything
+		// finished.
 		for _, id := range ids {
 			_, _ = q.Cancel(ctx, id)
+			_, _ = q.Settle(ctx, id)
 		}
 		_, err = q.Purge(ctx, queue.PurgeParams{})
 		require.NoError(t, err)

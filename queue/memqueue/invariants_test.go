@@ -16,7 +16,7 @@ func (q *Queue) checkInvariants() error {
 	refs := map[uint32]uint32{}
 	bodyRefs := map[string]int{}
 	backendRefs := map[uint32]int{}
-	live := 0
+	live, unsettled := 0, 0
 	inHeap := map[uint32]bool{}
 	for _, w := range q.wfs {
 		for _, b := range w.m {
@@ -109,9 +109,22 @@ func (q *Queue) checkInvariants() error {
 				return fmt.Errorf("slot %d: retrying but not in the delay heap", slot)
 			}
 		default:
-			if *q.pos.at(slot) != -1 {
+			switch {
+			case r.unsettled && q.inHeap(&q.unsettled, uint32(slot)):
+				if q.unsettled.item(int(*q.pos.at(slot))).k != r.finished {
+					return fmt.Errorf("slot %d: unsettled heap key is not its finish time", slot)
+				}
+				unsettled++
+			case r.unsettled && q.inHeap(&q.claimed, uint32(slot)):
+				unsettled++
+			case r.unsettled:
+				return fmt.Errorf("slot %d: unsettled but in no settlement heap", slot)
+			case *q.pos.at(slot) != -1:
 				return fmt.Errorf("slot %d: terminal but in a heap", slot)
 			}
+		}
+		if r.unsettled && (!r.settle || !terminal(r.state)) {
+			return fmt.Errorf("slot %d: unsettled, settle %v, state %d", slot, r.settle, r.state)
 		}
 		if r.hasToken != (r.state == cLeased) {
 			return fmt.Errorf("slot %d: token in state %d", slot, r.state)
@@ -136,6 +149,14 @@ func (q *Queue) checkInvariants() error {
 	}
 	if len(q.keys) > live {
 		return fmt.Errorf("%d idempotency keys for %d records", len(q.keys), live)
+	}
+	if unsettled != q.unsettled.len()+q.claimed.len() {
+		return fmt.Errorf("%d unsettled records, %d in the settlement heaps", unsettled, q.unsettled.len()+q.claimed.len())
+	}
+	for i := q.rhead + 1; i < len(q.retained); i++ {
+		if q.retained[i].finished < q.retained[i-1].finished && q.retainedValid(q.retained[i]) && q.retainedValid(q.retained[i-1]) {
+			return fmt.Errorf("retention queue out of finishing order at %d", i)
+		}
 	}
 	active := counts[cQueued] + counts[cLeased] + counts[cRetrying]
 	if active != q.active {

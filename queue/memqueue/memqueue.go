@@ -36,11 +36,14 @@ type Config struct {
 	// kept for Get, List and idempotency checks after they finish, and how
 	// long a stored workflow body that no job references is kept after it
 	// was last stored. Defaults to DefaultRetention (1h). Zero means
-	// default; negative is invalid.
+	// default; negative is invalid. An unsettled job (Job.Unsettled) is
+	// kept until it is settled, and then as long as Retention says.
 	Retention time.Duration
-	// MaxRetained bounds the number of terminal jobs kept; the oldest are
-	// dropped first. Defaults to DefaultMaxRetained (10,000). Zero means
-	// default; -1 keeps none (a finished job is dropped at once).
+	// MaxRetained bounds the number of settled terminal jobs kept; the
+	// oldest are dropped first. Defaults to DefaultMaxRetained (10,000).
+	// Zero means default; -1 keeps none (a finished job is dropped at
+	// once, an unsettled one as it is settled). Unsettled jobs are kept
+	// beyond it.
 	MaxRetained int
 	// Test holds test-only knobs.
 	Test TestConfig
@@ -80,8 +83,8 @@ func (c *Config) validate() error {
 
 // Queue is the in-memory [queue.Driver]. See the package documentation for
 // how it stores records and what each operation costs. It implements
-// [queue.Notifier], [queue.SpaceNotifier], [queue.Watcher] and
-// [queue.IDEnqueuer].
+// [queue.Notifier], [queue.SpaceNotifier], [queue.Watcher],
+// [queue.IDEnqueuer] and [queue.Settler].
 //
 // Use it through [queue.New]. A Queue is safe for concurrent use by
 // multiple goroutines.
@@ -110,11 +113,16 @@ type Queue struct {
 	wfs      map[uint32]*wfBuckets // workflow symbol → its buckets of queued jobs
 	delayed  xheap                 // retrying, by AvailableAt
 	leased   xheap                 // leased, by LeaseExpiresAt
-	retained []retainedEnt         // terminal records in finishing order, from rhead
+	retained []retainedEnt         // settled terminal records in finishing order, from rhead
 	rhead    int
 	counts   [nStates]int
 	active   int // queued + retrying + leased
 	paused   pauses
+
+	// Settlement: unsettled terminal records (see settle.go), out of
+	// retained until settled.
+	unsettled xheap // not claimed, by FinishedAt
+	claimed   xheap // claimed by ClaimUnsettled, by claim expiry
 
 	// List indexes.
 	all        seqset
@@ -182,6 +190,7 @@ var (
 	_ queue.SpaceNotifier = (*Queue)(nil)
 	_ queue.Watcher       = (*Queue)(nil)
 	_ queue.IDEnqueuer    = (*Queue)(nil)
+	_ queue.Settler       = (*Queue)(nil)
 )
 
 // New returns an empty in-memory queue. cfg may be nil (all defaults); it is
@@ -219,6 +228,7 @@ func New(cfg *Config) (*Queue, error) {
 		ready:      make(chan struct{}, 1),
 	}
 	q.delayed.pos, q.leased.pos = &q.pos, &q.pos
+	q.unsettled.pos, q.claimed.pos = &q.pos, &q.pos
 	q.recs.seqs = &q.seqs
 	return q, nil
 }
@@ -316,7 +326,7 @@ func (q *Queue) expire(slot uint32, at int64) {
 	q.closeAttempt(&nw, at, why.Class, why, true, true)
 	nw.hasToken, nw.expires = false, 0
 	if nw.used >= nw.maxAtt {
-		nw.state, nw.finished = cDead, at
+		terminate(&nw, cDead, at)
 		nw.errsec = q.errSection(why)
 		q.write(slot, &old, &nw, true)
 		q.finished(slot, &nw, at)
@@ -665,8 +675,15 @@ func (q *Queue) drop(slot uint32) {
 	q.free.push(slot)
 }
 
+// terminate makes r terminal in state c at at; a Settle job's end is then
+// unsettled (in the same write).
+func terminate(r *rec, c uint8, at int64) {
+	r.state, r.finished, r.unsettled = c, at, r.settle
+}
+
 // finished does the bookkeeping of a record that just became terminal (out
-// of every heap).
+// of every heap): an unsettled one waits in the unsettled heap, a settled
+// one in the retention queue.
 func (q *Queue) finished(slot uint32, r *rec, at int64) {
 	q.active--
 	if q.spaceWatched {
@@ -674,22 +691,28 @@ func (q *Queue) finished(slot uint32, r *rec, at int64) {
 		q.space = make(chan struct{})
 		q.spaceWatched = false
 	}
+	if r.unsettled {
+		q.unsettled.push(hent{k: at, slot: slot})
+		return
+	}
 	q.retained = append(q.retained, retainedEnt{finished: at, seq: r.seq, slot: slot})
 }
 
-// retainedValid reports whether e still names a terminal record finished at
-// e.finished.
+// retainedValid reports whether e still names a settled terminal record
+// finished at e.finished.
 func (q *Queue) retainedValid(e retainedEnt) bool {
 	b := q.rec(e.slot)
 	if b == nil || !terminal(recState(b)) {
 		return false
 	}
 	r, _ := decodeHead(b)
-	return r.seq == e.seq && r.finished == e.finished
+	return r.seq == e.seq && r.finished == e.finished && !r.unsettled
 }
 
+// retainedCount is the number of settled terminal records, which
+// MaxRetained bounds.
 func (q *Queue) retainedCount() int {
-	return q.counts[cCompleted] + q.counts[cDead] + q.counts[cCancelled]
+	return q.counts[cCompleted] + q.counts[cDead] + q.counts[cCancelled] - q.unsettled.len() - q.claimed.len()
 }
 
 // prune drops terminal records past retention or beyond MaxRetained,
@@ -809,6 +832,7 @@ func (q *Queue) add(now int64, p *queue.EnqueueParams) (uint32, rec, error) {
 		workflow: q.syms.intern(p.Workflow), wfKey: q.syms.intern(p.WorkflowKey),
 		maxAtt: uint64(max(p.MaxAttempts, 1)), enq: q.last, avail: q.last,
 		idem: []byte(p.IdempotencyKey), overrides: p.Overrides, payload: p.Payload,
+		settle: p.Settle,
 	}
 	if len(p.Metadata) > 0 {
 		keys := slices.Sorted(func(yield func(string) bool) {
@@ -957,7 +981,8 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 	q.leased.remove(slot)
 	nw := old
 	q.closeAttempt(&nw, now, queue.ClassNone, queue.ErrorSummary{}, true, true)
-	nw.state, nw.finished, nw.hasToken, nw.expires = cCompleted, now, false, 0
+	terminate(&nw, cCompleted, now)
+	nw.hasToken, nw.expires = false, 0
 	nw.result = result
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
@@ -993,7 +1018,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 	nw.hasToken, nw.expires = false, 0
 	switch {
 	case p.NoRetry || nw.used >= nw.maxAtt:
-		nw.state, nw.finished = cDead, now
+		terminate(&nw, cDead, now)
 		nw.errsec = q.errSection(p.Error)
 		q.write(slot, &old, &nw, true)
 		q.finished(slot, &nw, now)
@@ -1069,7 +1094,8 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 	default:
 		return nil, fmt.Errorf("%w: cannot cancel job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
 	}
-	nw.state, nw.finished, nw.hasToken, nw.expires = cCancelled, now, false, 0
+	terminate(&nw, cCancelled, now)
+	nw.hasToken, nw.expires = false, 0
 	nw.errsec = q.errSection(p.Error)
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
@@ -1097,8 +1123,12 @@ func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
 	if q.full() {
 		return nil, &queue.FullError{Capacity: q.cfg.Capacity}
 	}
+	if old.unsettled {
+		q.unsettle(slot)
+	}
 	nw := old
 	nw.state, nw.used, nw.finished, nw.avail, nw.errsec = cQueued, 0, 0, now, nil
+	nw.unsettled = false
 	q.write(slot, &old, &nw, true)
 	q.active++
 	q.makeQueued(slot)

@@ -19,7 +19,8 @@ import (
 //	uvarint  seq, version
 //	varint   priority
 //	uvarint  symbols: workflow, workflow key, leased by
-//	uvarint  max attempts, attempts used, number of attempt records
+//	uvarint  max attempts, attempts used, number of attempt records << 2
+//	         | settle flags (bit 0: Settle, bit 1: Unsettled)
 //	uvarint  available at (only when it is not the enqueued at), leased
 //	         at, lease expires at, finished at (each only when not the
 //	         zero time, said by its flag): zigzag(t - enqueued at)
@@ -52,6 +53,25 @@ const (
 	flagFinished = 1 << 7
 	stateMask    = 1<<3 - 1
 )
+
+// The settle flags, in the low bits of the number of attempt records (a
+// number that memory bounds far below 2^62, so the shift loses nothing,
+// and a record takes no byte more).
+const (
+	flagSettle    = 1 << 0
+	flagUnsettled = 1 << 1
+)
+
+func (r *rec) settleFlags() uint64 {
+	var f uint64
+	if r.settle {
+		f |= flagSettle
+	}
+	if r.unsettled {
+		f |= flagUnsettled
+	}
+	return f
+}
 
 var stateCodes = [...]queue.State{
 	queue.StateQueued, queue.StateLeased, queue.StateRetrying,
@@ -100,6 +120,9 @@ type rec struct {
 	finished int64
 	token    [16]byte
 	hasToken bool
+
+	// settle is Job.Settle, unsettled Job.Unsettled.
+	settle, unsettled bool
 
 	idem, overrides, payload, meta, requires, needs, excludes, result, errsec, attempts []byte
 }
@@ -157,7 +180,7 @@ func (r *rec) encode(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(r.leasedBy))
 	b = binary.AppendUvarint(b, r.maxAtt)
 	b = binary.AppendUvarint(b, r.used)
-	b = binary.AppendUvarint(b, r.nAtt)
+	b = binary.AppendUvarint(b, r.nAtt<<2|r.settleFlags())
 	for _, t := range [...]struct {
 		flag byte
 		t    int64
@@ -278,7 +301,8 @@ func decodeHead(b []byte) (rec, reader) {
 	r.leasedBy = d.sym()
 	r.maxAtt = d.uvarint()
 	r.used = d.uvarint()
-	r.nAtt = d.uvarint()
+	n := d.uvarint()
+	r.nAtt, r.settle, r.unsettled = n>>2, n&flagSettle != 0, n&flagUnsettled != 0
 	r.avail = r.enq
 	if head&flagAvail != 0 {
 		r.avail = d.delta(r.enq)

@@ -19,6 +19,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 			state: uint8(seq % uint64(nStates)), version: version, seq: seq, priority: prio,
 			workflow: uint32(seq), wfKey: uint32(version), leasedBy: 7, maxAtt: 3, used: 2, nAtt: 0,
 			enq: enq, avail: enq + d1%1e15, leasedAt: enq - d2%1e15, expires: 0, finished: enq + d2%1e15,
+			settle: seq&1 == 1, unsettled: version&1 == 1,
 			hasToken: token, idem: a, overrides: b, payload: a, meta: b, requires: a, needs: b,
 			excludes: a, result: b, errsec: a, attempts: b,
 		}

@@ -23,6 +23,10 @@
 // wrapped in a [Flaky], which hides IDEnqueuer). The subtests of a full
 // queue need [Harness].NewDriverWithCapacity; without it they are skipped.
 //
+// The settlement subtests run only for drivers that implement
+// [queue.Settler] (others are reported skipped); they move time for claim
+// lapses as the other time-dependent subtests do.
+//
 // The change-feed subtests run only for drivers that implement
 // [queue.Watcher] (others are reported skipped); they wait up to 10 s (of
 // fake time in a bubble) for a change a driver delivers asynchronously,

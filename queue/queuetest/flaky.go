@@ -35,6 +35,8 @@ const (
 	OpSetPaused      Op = "SetPaused"
 	OpPaused         Op = "Paused"
 	OpSubscribe      Op = "Subscribe"
+	OpSettle         Op = "Settle"
+	OpClaimUnsettled Op = "ClaimUnsettled"
 )
 
 // Fault is one injected failure of a Flaky driver.
@@ -55,7 +57,8 @@ type Fault struct {
 // conformance suite. It passes [queue.Notifier] through (Ready returns nil
 // when the wrapped driver has none: the caller then polls) and
 // [queue.Watcher] (an error matching errors.ErrUnsupported when the
-// wrapped driver has none). It does not pass [queue.IDEnqueuer] through:
+// wrapped driver has none), and [queue.Settler] likewise (an enqueue with
+// Settle then fails so too). It does not pass [queue.IDEnqueuer] through:
 // [queue.Queue.EnqueueID] and [queue.Queue.EnqueueBatch] over a Flaky take
 // the per-job fallback, one Enqueue per job, so OpEnqueue faults apply to
 // them too (and a batch is not atomic). Flaky is safe for concurrent use.
@@ -70,6 +73,7 @@ type Flaky struct {
 var (
 	_ queue.Notifier = (*Flaky)(nil)
 	_ queue.Watcher  = (*Flaky)(nil)
+	_ queue.Settler  = (*Flaky)(nil)
 )
 
 // NewFlaky returns a Flaky over d. Closing the Flaky closes d.
@@ -124,9 +128,44 @@ func call[T any](f *Flaky, op Op, fn func() (T, error)) (T, error) {
 	return zero, fault.Err
 }
 
-// Enqueue implements queue.Driver.
+// Enqueue implements queue.Driver. Settle over a wrapped driver without
+// queue.Settler gives an error matching errors.ErrUnsupported, as the
+// Queue gives over such a driver.
 func (f *Flaky) Enqueue(ctx context.Context, p *queue.EnqueueParams) (*queue.Job, error) {
-	return call(f, OpEnqueue, func() (*queue.Job, error) { return f.d.Enqueue(ctx, p) })
+	return call(f, OpEnqueue, func() (*queue.Job, error) {
+		if _, ok := f.d.(queue.Settler); p.Settle && !ok {
+			return nil, errNoSettler
+		}
+		return f.d.Enqueue(ctx, p)
+	})
+}
+
+// errNoSettler is Flaky's answer to settlement when the wrapped driver
+// does not settle jobs.
+var errNoSettler = fmt.Errorf("queuetest: the wrapped driver does not settle jobs: %w", errors.ErrUnsupported)
+
+// Settle implements queue.Settler when the wrapped driver does; else it
+// returns an error matching errors.ErrUnsupported.
+func (f *Flaky) Settle(ctx context.Context, id string) (*queue.Job, error) {
+	return call(f, OpSettle, func() (*queue.Job, error) {
+		s, ok := f.d.(queue.Settler)
+		if !ok {
+			return nil, errNoSettler
+		}
+		return s.Settle(ctx, id)
+	})
+}
+
+// ClaimUnsettled implements queue.Settler when the wrapped driver does;
+// else it returns an error matching errors.ErrUnsupported.
+func (f *Flaky) ClaimUnsettled(ctx context.Context, finishedBefore time.Time, claim time.Duration, limit int) ([]*queue.Job, error) {
+	return call(f, OpClaimUnsettled, func() ([]*queue.Job, error) {
+		s, ok := f.d.(queue.Settler)
+		if !ok {
+			return nil, errNoSettler
+		}
+		return s.ClaimUnsettled(ctx, finishedBefore, claim, limit)
+	})
 }
 
 // Lease implements queue.Driver.

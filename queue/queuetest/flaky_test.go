@@ -125,3 +125,45 @@ func TestFlakyEnqueueBatch(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.Queued)
 }
+
+// TestFlakySettle: Settle and ClaimUnsettled pass through and take
+// faults; over a driver without queue.Settler they are unsupported, and
+// so is an enqueue asking for Settle.
+func TestFlakySettle(t *testing.T) {
+	t.Parallel()
+	f := queuetest.NewFlaky(newMem(t))
+	q := queue.New(f)
+	defer q.Close()
+	ctx := t.Context()
+	j, err := q.Enqueue(ctx, queue.EnqueueParams{Settle: true})
+	require.NoError(t, err)
+	_, err = q.Cancel(ctx, j.ID)
+	require.NoError(t, err)
+
+	boom := queue.Retryable(errors.New("store: connection reset"))
+	f.FailNext(queuetest.OpClaimUnsettled, 1, queuetest.Fault{Err: boom})
+	_, err = q.ClaimUnsettled(ctx, time.Time{}, time.Minute, 10)
+	assert.ErrorIs(t, err, boom)
+	js, err := q.ClaimUnsettled(ctx, time.Time{}, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, js, 1)
+	assert.Equal(t, j.ID, js[0].ID)
+
+	f.FailNext(queuetest.OpSettle, 1, queuetest.Fault{Err: boom, Applied: true})
+	_, err = q.Settle(ctx, j.ID)
+	assert.ErrorIs(t, err, boom)
+	g, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.False(t, g.Unsettled, "applied before the answer was lost")
+	assert.Equal(t, 2, f.Calls(queuetest.OpClaimUnsettled))
+	assert.Equal(t, 1, f.Calls(queuetest.OpSettle))
+
+	plain := queue.New(queuetest.NewFlaky(struct{ queue.Driver }{newMem(t)}))
+	defer plain.Close()
+	_, err = plain.Settle(ctx, j.ID)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+	_, err = plain.ClaimUnsettled(ctx, time.Time{}, time.Minute, 10)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+	_, err = plain.Enqueue(ctx, queue.EnqueueParams{Settle: true})
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+}

@@ -123,8 +123,11 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 // Cancel and expiry), versions, retry delays, dead-lettering, requeue,
 // cancel, idempotency keys, concurrent lessees, stats, the workflow store,
 // List (filters, order, pages under concurrent enqueues, counts), the
-// change feed (including gaps), pause scopes, Retry, Purge, isolation of
-// returned jobs, argument validation and Close. Every driver runs it from
+// change feed (including gaps), pause scopes, Retry, Purge, settlement
+// (drivers implementing [queue.Settler]: every way a job ends, Settle,
+// ClaimUnsettled's order, bounds, claims and concurrency, Retry and Purge
+// of unsettled jobs), isolation of returned jobs, argument validation and
+// Close. Every driver runs it from
 // one file (conformance_test.go).
 func RunConformanceTests(t *testing.T, h Harness) {
 	t.Helper()
@@ -208,6 +211,19 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	run("Retry", false, testRetry)
 	run("Purge", false, testPurge)
 	run("PurgeFinishedBefore", true, testPurgeFinishedBefore)
+	run("SettleEndings", false, testSettleEndings)
+	run("SettleExpiry", true, testSettleExpiry)
+	run("Settle", false, testSettle)
+	run("SettleNoChange", false, testSettleNoChange)
+	run("ClaimUnsettled", true, testClaimUnsettled)
+	run("ClaimUnsettledLimit", false, testClaimUnsettledLimit)
+	run("ClaimUnsettledConcurrent", false, testClaimUnsettledConcurrent)
+	run("SettleRetry", false, testSettleRetry)
+	run("SettlePurge", false, testSettlePurge)
+	run("SettleEnqueue", false, testSettleEnqueue)
+	run("SettleEnqueuePerJob", false, perJob(testSettleEnqueue))
+	run("SettleValidation", false, testSettleValidation)
+	run("SettleUnsupported", false, testSettleUnsupported)
 	run("Isolation", false, testIsolation)
 	run("Validation", false, testValidation)
 	run("ContextDone", false, testContextDone)
