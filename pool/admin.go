@@ -439,6 +439,11 @@ func (p *WorkflowPool) Retry(ctx context.Context, id string) error {
 	if err := p.awaitEnd(ctx, id); err != nil {
 		return err
 	}
+	if qj.Unsettled {
+		// Its end was not settled (its runner died before): settle it
+		// now, or the retry's own end would be the only one settled.
+		p.settleRecord(qj) // settle.go
+	}
 	s, err := decodeSpec(qj.Payload)
 	if err != nil {
 		return fmt.Errorf("pool: retry job %s: %w", id, err)

@@ -29,6 +29,8 @@ const (
 	DefaultReconnectGrace = 2 * time.Second
 	// DefaultOfflineTimeout is Config.OfflineTimeout's default.
 	DefaultOfflineTimeout = time.Minute
+	// DefaultSettleAfter is Config.SettleAfter's default.
+	DefaultSettleAfter = time.Minute
 	// DefaultInterruptTimeout is Config.InterruptTimeout's default.
 	DefaultInterruptTimeout = 30 * time.Second
 )
@@ -184,6 +186,12 @@ type Config struct {
 	// Accounting, if set, is told about each job's cost: Reserve at
 	// Enqueue, then exactly one Consume or Refund (see Accounting).
 	Accounting Accounting
+	// SettleAfter is how long after a job's end a Pool with an Accounting
+	// waits before it settles a job whose end nobody settled (its runner's
+	// process died between the end and the hook; see Accounting). Every
+	// Pool sweeps for such jobs every SettleAfter/2. Defaults to
+	// DefaultSettleAfter (1m).
+	SettleAfter time.Duration
 
 	// Capabilities configures routing by what each backend can run (its
 	// node classes and listed values, from /object_info). On by default.
@@ -254,6 +262,7 @@ func (c *Config) withDefaults() Config {
 	d.LeaseDuration = cmp.Or(d.LeaseDuration, DefaultLeaseDuration)
 	d.SubmitTimeout = cmp.Or(d.SubmitTimeout, DefaultSubmitTimeout)
 	d.OfflineTimeout = cmp.Or(d.OfflineTimeout, DefaultOfflineTimeout)
+	d.SettleAfter = cmp.Or(d.SettleAfter, DefaultSettleAfter)
 	d.InterruptTimeout = cmp.Or(d.InterruptTimeout, DefaultInterruptTimeout)
 	d.BackoffMin = cmp.Or(d.BackoffMin, DefaultBackoffMin)
 	d.BackoffMax = cmp.Or(d.BackoffMax, DefaultBackoffMax)
@@ -316,6 +325,8 @@ func (c *Config) validate() error {
 		return errors.New("pool: OfflineTimeout must be positive, 0 (default) or -1 (wait forever)")
 	case c.InterruptTimeout < 0:
 		return errors.New("pool: InterruptTimeout cannot be negative")
+	case c.SettleAfter < 0:
+		return errors.New("pool: SettleAfter cannot be negative")
 	case c.BackoffMin < -1:
 		return errors.New("pool: BackoffMin must be positive, 0 (default) or -1 (no delay)")
 	case c.BackoffMax < 0:

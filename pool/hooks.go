@@ -22,6 +22,17 @@ var ErrRejected = errors.New("pool: enqueue rejected by accounting")
 // other backends, timeouts, a Cancel racing the job's completion, Stop).
 // A job whose Reserve failed is not enqueued and gets neither.
 //
+// Across processes sharing a queue, give every Pool the same Accounting:
+// the Pool that writes a job's end calls its hook, and when that Pool's
+// process dies between the end and the hook (or nobody wrote the end: a
+// lease that expired with no attempt left), another Pool calls it once the
+// job ended Config.SettleAfter ago, from the job's record (on a queue
+// whose driver implements queue.Settler: memqueue, pgqueue, redisqueue).
+// A process that dies after a hook and before the queue learnt of it
+// makes a second call of the same hook for the same job, so across
+// processes the hooks are called at least once per job and must be
+// idempotent by job ID (a ledger keyed by it, say).
+//
 // The methods are called synchronously (Reserve inside Enqueue, Consume and
 // Refund before Wait returns and before the terminal event is published),
 // so they must not block long, and they must not call back into the Pool's
@@ -77,12 +88,20 @@ func (p *WorkflowPool) accountLocked(js *jobState) *JobInfo {
 }
 
 // settleAccount calls Consume (res != nil) or Refund for a job claimed by
-// accountLocked. Called without Pool.mu.
-func (p *WorkflowPool) settleAccount(info *JobInfo, res *Result, why error) {
+// accountLocked, then marks the job settled in the queue (settle.go), even
+// after a hook that panicked (logged). It returns the job's Version after
+// that mark, 0 when there was none. Called without Pool.mu.
+func (p *WorkflowPool) settleAccount(info *JobInfo, res *Result, why error) uint64 {
 	a := p.cfg.Accounting
 	if info == nil || a == nil {
-		return
+		return 0
 	}
+	p.callHook(a, info, res, why)
+	return p.markSettled(info.ID)
+}
+
+// callHook calls Consume (res != nil) or Refund, recovering a panic.
+func (p *WorkflowPool) callHook(a Accounting, info *JobInfo, res *Result, why error) {
 	ctx, cancel := bgCtx()
 	defer cancel()
 	defer func() {

@@ -206,6 +206,7 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 		Workflow: wh, WorkflowKey: t.key, Overrides: ovr,
 		Requires: requires, Needs: needs, IdempotencyKey: o.IdempotencyKey,
 		MaxAttempts: o.MaxAttempts, ExcludeBackends: o.ExcludeBackends,
+		Settle: reserved && !p.noSettle.Load(), // settle.go: its end is settled by the Accounting hooks
 	}
 	// A job whose inputs are read by funcs only this process holds, or
 	// that prefers backends, is written under p.mu: its inputs and its
@@ -708,7 +709,9 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 	}
 	// Accounting is settled before anyone learns the job ended: until the
 	// outcome is kept, Wait and Watch wait on js.done (heldDone).
-	p.settleAccount(acct, res, err)
+	if v := p.settleAccount(acct, res, err); v > o.version {
+		o.version = v // the settlement's write: not a newer run
+	}
 	p.mu.Lock()
 	if p.jobs[js.id] == js {
 		delete(p.jobs, js.id)

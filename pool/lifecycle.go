@@ -59,6 +59,9 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 	p.mu.Unlock()
 	p.startFeed()
 	p.wg.Go(p.dispatchLoop)
+	if p.cfg.Accounting != nil {
+		p.wg.Go(p.settleLoop) // settle.go: ends nobody settled
+	}
 	p.log.Info("pool started", "backends", len(list))
 	p.events.publish(Event{Kind: EventPoolReady})
 	return nil

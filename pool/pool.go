@@ -59,6 +59,8 @@ type WorkflowPool struct {
 	leaseDone   chan struct{}      // closed when leaseLoop ended
 	sweeps      sync.WaitGroup     // sweepOrphans of backends taken over, waited for by leaseLoop
 
+	noSettle atomic.Bool // the queue keeps no settlement (settle.go)
+
 	mu       sync.Mutex
 	remotes  int // remote backends ever added (remote.go)
 	started  bool
@@ -171,6 +173,9 @@ func New(cfg *Config) (*WorkflowPool, error) {
 			return nil, err
 		}
 		p.q, p.ownQueue = queue.New(d), true
+	}
+	if _, ok := p.q.Driver().(queue.Settler); !ok {
+		p.noSettle.Store(true) // settle.go: Accounting as before, without the sweep
 	}
 	return p, nil
 }
