@@ -44,7 +44,24 @@
 //
 // The queue is unbounded (no capacity: Enqueue never returns a
 // *queue.FullError). Finished jobs stay until [queue.Queue.Purge] or,
-// when [Config].Retention is set, a background sweep deletes them.
+// when [Config].Retention is set, a background sweep deletes them;
+// neither deletes an unsettled job.
+//
+// # Settlement
+//
+// The Driver is a [queue.Settler] (migrations/006_settle.sql): a job
+// enqueued with Settle is marked unsettled by the statement that ends it,
+// whichever it is (Complete, Fail, Cancel, the lease expiry of a timer),
+// in the same row write, so no crash can separate the end from the mark.
+// A partial index holds the unsettled jobs by finish time: ClaimUnsettled
+// claims the oldest with FOR UPDATE SKIP LOCKED (sweepers in any number
+// of processes never get one job while its claim lasts; a claim is a
+// column of the row, not a write of the record: no version, no
+// notification), after applying the due transitions in the same
+// transaction. Settle clears the mark in one statement, without a
+// notification. With the pool settling each job right after its end, the
+// index stays a few rows long; a sweep reads the jobs it returns and the
+// live claims ahead of them.
 //
 // # Time
 //

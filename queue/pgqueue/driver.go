@@ -42,8 +42,8 @@ type Config struct {
 	PollInterval time.Duration
 	// Retention, when positive, makes the driver delete completed, dead
 	// and cancelled jobs that finished longer ago than Retention, in a
-	// background sweep every PollInterval. Zero (the default) keeps them
-	// until Purge.
+	// background sweep every PollInterval; an unsettled job is kept until
+	// it is settled. Zero (the default) keeps them until Purge.
 	Retention time.Duration
 	// Logger receives the driver's logs (listener reconnects). Nil means
 	// slog.Default().
@@ -61,7 +61,8 @@ type TestConfig struct {
 }
 
 // Driver is the PostgreSQL [queue.Driver]. It implements
-// [queue.Notifier], [queue.Watcher] and [queue.IDEnqueuer]. Use it through
+// [queue.Notifier], [queue.Watcher], [queue.IDEnqueuer] and
+// [queue.Settler]. Use it through
 // [queue.New]. A Driver is safe for concurrent use by multiple goroutines.
 type Driver struct {
 	db      *pgxpool.Pool
@@ -93,7 +94,7 @@ type Driver struct {
 }
 
 // schemaVersion is the migration version this driver needs.
-const schemaVersion = 1 // 001_queue.sql: the queue's tables
+const schemaVersion = 6 // 001_queue.sql: the queue's tables; 006_settle.sql: settlement
 
 // New returns a Driver over db, which the caller keeps owning: Close
 // stops the driver's goroutines and its listener connection, never db.
@@ -256,4 +257,5 @@ var _ interface {
 	queue.Notifier
 	queue.Watcher
 	queue.IDEnqueuer
+	queue.Settler
 } = (*Driver)(nil)

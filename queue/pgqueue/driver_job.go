@@ -27,7 +27,7 @@ func scanJob(row pgx.Row) (*queue.Job, error) {
 		&j.IdempotencyKey, &j.MaxAttempts, &j.AttemptsUsed,
 		&enq, &avail, &leasedAt, &expires, &finished,
 		&j.LeasedBy, &j.LeaseToken, &j.Result,
-		&errClass, &errMsg, &errNode, &errNodeTy, &attempts)
+		&errClass, &errMsg, &errNode, &errNodeTy, &j.Settle, &j.Unsettled, &attempts)
 	if err != nil {
 		return nil, err
 	}

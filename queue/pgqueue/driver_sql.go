@@ -8,6 +8,7 @@ import "strings"
 type queries struct {
 	due, dueWait, jobByID, enqueue, enqueueWhy, lease, leaseMany, completeMany, existing, extend, begin, fail, requeue, cancel, retry string
 	bucket, putCaps, putWorkflow, getWorkflow, purgeWorkflows, nextDue, queuedExists, retention                                       string
+	settle, claimUnsettled                                                                                                            string
 }
 
 // now is the statement's time.
@@ -25,7 +26,7 @@ const jobColsBase = `j.id::text, j.version, j.state, j.priority, j.workflow, coa
 	coalesce(j.idempotency_key, ''), j.max_attempts, j.attempts_used,
 	j.enqueued_at, j.available_at, j.leased_at, j.lease_expires_at, j.finished_at,
 	j.leased_by, coalesce(j.lease_token::text, ''), j.result,
-	j.error_class, j.error_message, j.error_node_id, j.error_node_type,
+	j.error_class, j.error_message, j.error_node_id, j.error_node_type, j.settle, j.unsettled,
 	`
 
 // attemptsCol aggregates the attempt rows (aliased a) of the FROM that
@@ -114,6 +115,7 @@ upd AS (
 	       finished_at = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN e.lease_expires_at END,
 	       error_class = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN 'lease_expired' ELSE '' END,
 	       error_message = CASE WHEN e.attempts_used + 1 >= e.max_attempts THEN 'queue: lease expired' ELSE '' END,
+	       unsettled = j.settle AND e.attempts_used + 1 >= e.max_attempts,
 	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
 	  FROM exp e WHERE j.id = e.id RETURNING 1)
 SELECT (SELECT count(*) FROM retry) + (SELECT count(*) FROM upd) + (SELECT count(*) FROM closed) * 0 + (SELECT count(*) FROM made) * 0`,
@@ -123,12 +125,13 @@ SELECT (SELECT count(*) FROM retry) + (SELECT count(*) FROM upd) + (SELECT count
 		// enqueue: $2 id, $3 bucket, $4 priority, $5 workflow, $6
 		// requires, $7 needs, $8 exclude_backends, $9 workflow_key, $10
 		// overrides, $11 payload, $12 metadata, $13 idempotency_key, $14
-		// max_attempts. No row: a duplicate key or a missing workflow.
+		// max_attempts, $15 settle. No row: a duplicate key or a missing
+		// workflow.
 		enqueue: `WITH ` + nowCTE + `
 INSERT INTO {s}.jobs AS j (id, bucket_id, priority, workflow, requires, needs, exclude_backends,
                     workflow_key, overrides, payload, metadata, idempotency_key, max_attempts,
-                    enqueued_at, available_at)
-SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, now.t, now.t FROM now
+                    settle, enqueued_at, available_at)
+SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, now.t, now.t FROM now
  WHERE $9::text IS NULL OR EXISTS (SELECT 1 FROM {s}.workflows WHERE key = $9)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + jobCols,
@@ -237,7 +240,7 @@ made AS (
 	RETURNING *),
 upd AS (
 	UPDATE {s}.jobs j SET state = 'completed', result = cur.result, attempts_used = cur.attempts_used + 1,
-	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int, finished_at = now.t,
+	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int, finished_at = now.t, unsettled = j.settle,
 	       lease_token = NULL, lease_expires_at = NULL, version = j.version + 1
 	  FROM cur, now WHERE j.id = cur.id
 	RETURNING j.*, cur.i AS req_i)
@@ -294,6 +297,7 @@ upd AS (
 	       attempt_count = cur.attempt_count + (NOT cur.has_open)::int,
 	       available_at = now.t + make_interval(secs => $11::bigint / 1000000.0),
 	       finished_at = CASE WHEN nw.state = 'dead' THEN now.t END,
+	       unsettled = j.settle AND nw.state = 'dead',
 	       error_class = CASE WHEN nw.state = 'dead' THEN $5 ELSE '' END,
 	       error_message = CASE WHEN nw.state = 'dead' THEN $6 ELSE '' END,
 	       error_node_id = CASE WHEN nw.state = 'dead' THEN $7 ELSE '' END,
@@ -335,7 +339,7 @@ closed AS (
 	  FROM cur, now WHERE a.job_id = cur.id AND a.number = cur.attempt_count AND cur.has_open
 	   AND cur.state = 'leased' RETURNING 1),
 upd AS (
-	UPDATE {s}.jobs j SET state = 'cancelled', finished_at = now.t, error_class = $3, error_message = $4,
+	UPDATE {s}.jobs j SET state = 'cancelled', finished_at = now.t, unsettled = j.settle, error_class = $3, error_message = $4,
 	       error_node_id = $5, error_node_type = $6, lease_token = NULL, lease_expires_at = NULL,
 	       version = j.version + 1
 	  FROM cur, now WHERE j.id = cur.id RETURNING 1)
@@ -344,7 +348,8 @@ SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM closed) * 0`,
 		// retry: $2 id.
 		retry: `WITH ` + nowCTE + `
 UPDATE {s}.jobs j SET state = 'queued', available_at = now.t, attempts_used = 0, finished_at = NULL,
-       error_class = '', error_message = '', error_node_id = '', error_node_type = '', version = j.version + 1
+       error_class = '', error_message = '', error_node_id = '', error_node_type = '',
+       unsettled = false, settle_claim_until = NULL, version = j.version + 1
   FROM now WHERE j.id = $2 AND j.state IN ('dead', 'cancelled')
 RETURNING 1`,
 
@@ -365,7 +370,30 @@ SELECT (extract(epoch FROM least(
 		retention: `WITH ` + nowCTE + `
 DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs, now
    WHERE finished_at < now.t - make_interval(secs => $2::bigint / 1000000.0)
-     AND state IN ('completed', 'dead', 'cancelled') ORDER BY finished_at LIMIT 1000)`,
+     AND state IN ('completed', 'dead', 'cancelled') AND NOT unsettled ORDER BY finished_at LIMIT 1000)`,
+
+		// settle: $2 id. One row when it settled the job; none when the
+		// job is not unsettled (or does not exist).
+		settle: `WITH u AS (
+	UPDATE {s}.jobs j SET unsettled = false, settle_claim_until = NULL, version = j.version + 1
+	 WHERE j.id = $2 AND j.unsettled AND ($1::timestamptz IS NULL OR true) RETURNING 1)
+SELECT count(*) FROM u`,
+
+		// claimUnsettled: $2 finished before (NULL: no bound), $3 claim
+		// (µs), $4 limit. It claims the oldest finished unsettled jobs
+		// not under a live claim, skipping rows another sweeper is
+		// claiming, and returns them oldest first. Claiming is no write
+		// of the record: no version, no notification.
+		claimUnsettled: `WITH ` + nowCTE + `,
+pick AS (
+	SELECT id FROM {s}.jobs, now
+	 WHERE unsettled AND ($2::timestamptz IS NULL OR finished_at <= $2)
+	   AND (settle_claim_until IS NULL OR settle_claim_until <= now.t)
+	 ORDER BY finished_at, seq LIMIT $4 FOR UPDATE OF jobs SKIP LOCKED),
+upd AS (
+	UPDATE {s}.jobs j SET settle_claim_until = now.t + make_interval(secs => $3::bigint / 1000000.0)
+	  FROM pick, now WHERE j.id = pick.id RETURNING j.*)
+SELECT ` + jobCols + ` FROM upd j ORDER BY j.finished_at, j.seq`,
 	}
 	// dueWait is due for calls under an injected clock, which apply the
 	// due transitions before they read (see queueDue): skipping a row
@@ -375,7 +403,7 @@ DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs, now
 	q.dueWait = strings.ReplaceAll(q.due, " SKIP LOCKED", "")
 	for _, p := range []*string{&q.due, &q.dueWait, &q.jobByID, &q.enqueue, &q.enqueueWhy, &q.lease, &q.leaseMany, &q.completeMany, &q.existing, &q.extend, &q.begin,
 		&q.fail, &q.requeue, &q.cancel, &q.retry, &q.bucket, &q.putCaps, &q.putWorkflow,
-		&q.getWorkflow, &q.purgeWorkflows, &q.nextDue, &q.queuedExists, &q.retention} {
+		&q.getWorkflow, &q.purgeWorkflows, &q.nextDue, &q.queuedExists, &q.retention, &q.settle, &q.claimUnsettled} {
 		*p = strings.ReplaceAll(*p, "{s}", schema)
 	}
 	return q

@@ -93,7 +93,7 @@ func (d *Driver) enqueue(ctx context.Context, db querier, p *queue.EnqueueParams
 	id := newJobID()
 	j, err := scanJob(db.QueryRow(ctx, d.q.enqueue, d.now(), id, bucket, p.Priority, p.Workflow,
 		emptyArr(p.Requires), emptyArr(p.Needs), emptyArr(p.ExcludeBackends), textArg(p.WorkflowKey),
-		bytesArg(p.Overrides), bytesArg(p.Payload), metaArg(p.Metadata), textArg(p.IdempotencyKey), p.MaxAttempts))
+		bytesArg(p.Overrides), bytesArg(p.Payload), metaArg(p.Metadata), textArg(p.IdempotencyKey), p.MaxAttempts, p.Settle))
 	if err == nil {
 		return j, nil
 	}
@@ -125,7 +125,7 @@ func (d *Driver) enqueue(ctx context.Context, db querier, p *queue.EnqueueParams
 // jobColumns are the columns EnqueueIDs copies.
 var jobColumns = []string{"id", "bucket_id", "priority", "workflow", "requires", "needs", "exclude_backends",
 	"workflow_key", "overrides", "payload", "metadata", "idempotency_key", "max_attempts",
-	"enqueued_at", "available_at"}
+	"settle", "enqueued_at", "available_at"}
 
 // EnqueueIDs implements [queue.IDEnqueuer] with one COPY in one
 // transaction: all or nothing. It checks the batch's idempotency keys and
@@ -191,7 +191,7 @@ func (d *Driver) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]st
 			rows[i] = []any{pgtype.UUID{Bytes: u, Valid: true}, buckets[i], p.Priority, p.Workflow,
 				emptyArr(p.Requires), emptyArr(p.Needs), emptyArr(p.ExcludeBackends), textArg(p.WorkflowKey),
 				bytesArg(p.Overrides), bytesArg(p.Payload), metaArg(p.Metadata), textArg(p.IdempotencyKey),
-				p.MaxAttempts, now, now}
+				p.MaxAttempts, p.Settle, now, now}
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{d.cfg.Schema, "jobs"}, jobColumns, pgx.CopyFromRows(rows))
 		return err

@@ -173,7 +173,7 @@ func and(where []string) string {
 	return " AND (" + strings.Join(where, ") AND (") + ")"
 }
 
-// Purge implements [queue.Driver].
+// Purge implements [queue.Driver]. It skips unsettled jobs.
 func (d *Driver) Purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
 	if err := d.check(ctx); err != nil {
 		return 0, err
@@ -187,7 +187,7 @@ func (d *Driver) Purge(ctx context.Context, p *queue.PurgeParams) (int, error) {
 	}
 	tag, err := d.db.Exec(ctx, `DELETE FROM `+d.schema+`.jobs WHERE id IN (
 		SELECT id FROM `+d.schema+`.jobs WHERE state = ANY($1) AND finished_at IS NOT NULL
-		   AND ($2::timestamptz IS NULL OR finished_at < $2)
+		   AND ($2::timestamptz IS NULL OR finished_at < $2) AND NOT unsettled
 		 ORDER BY finished_at, seq LIMIT $3)`, statesArg(p.States), before, limit)
 	if err != nil {
 		return 0, d.wrap("purge", err)
