@@ -95,6 +95,18 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// Settlement: its scripts touch the keys of the one slot too.
+	sj, err := q.Enqueue(ctx, queue.EnqueueParams{Settle: true})
+	require.NoError(t, err)
+	_, err = q.Cancel(ctx, sj.ID)
+	require.NoError(t, err)
+	claimed, err := q.ClaimUnsettled(ctx, time.Time{}, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	settled, err := q.Settle(ctx, sj.ID)
+	require.NoError(t, err)
+	assert.False(t, settled.Unsettled)
+
 	leases, err := redisqueue.NewBackendLeases(c, &redisqueue.BackendLeasesConfig{Prefix: "cluster"})
 	require.NoError(t, err)
 	l, err := leases.Acquire(ctx, "gpu-0", "me", time.Minute)

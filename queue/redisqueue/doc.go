@@ -61,7 +61,10 @@
 //     and all, of every job: [Driver.List] walks them in order (see its
 //     doc for the cost of filters), [Driver.Stats] counts them.
 //   - fin, the finished jobs by finish time, for [Driver.Purge] and
-//     Config.Retention, oldest first.
+//     Config.Retention, oldest first: the settled ones only.
+//   - unsettled, the jobs enqueued with Settle that ended and are not
+//     settled yet, by finish time, and uclaim, those of them claimed by
+//     ClaimUnsettled, by claim expiry (see "Settlement" below).
 //   - idem, a hash of idempotency keys to jobs; w:<key>, the workflow
 //     bodies, with wt (their stored times) and wkref (the retained jobs
 //     that reference each); paused, the paused scopes; seq and lastenq,
@@ -87,6 +90,21 @@
 // (only those) and voids such a lease as if it had expired, and drops
 // index and lease entries whose job is gone or not leased. A lease skips
 // (and drops) a bucket entry whose job is gone or not queued.
+//
+// # Settlement
+//
+// The Driver is a [queue.Settler]. A job enqueued with Settle has the
+// field se; the script that ends it, whichever (complete, fail, cancel,
+// a lease expiry), sets us and adds it to unsettled instead of fin, in
+// the same atomic step, so no crash separates the end from the mark.
+// ClaimUnsettled (lua/settle.lua) applies what is due, moves the claims
+// that lapsed back from uclaim to unsettled, then moves the oldest
+// finished of unsettled to uclaim, scored by their claim's expiry, and
+// returns them: one script, so sweepers in any number of processes never
+// get one job while its claim lasts. A claim is not part of the record
+// (no version, no message). Settle, an op of the ops script, drops us and
+// the claim and moves the job to fin, without a message. Purge and
+// retention walk fin only, so an unsettled job is never deleted.
 //
 // # Time
 //
@@ -114,7 +132,7 @@
 // # Throughput
 //
 // The job operations (Lease, Extend, Begin, Complete, Fail, Requeue,
-// Cancel, Retry, Get) that the goroutines of one process make at the
+// Cancel, Retry, Get, Settle) that the goroutines of one process make at the
 // same time share one script call, and two such groups may be in flight
 // at once, so that concurrent lessees share round trips and the fixed
 // cost of a script call. Each operation of a group runs protected: one

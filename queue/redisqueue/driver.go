@@ -44,8 +44,8 @@ type Config struct {
 	PollInterval time.Duration
 	// Retention, when positive, makes the driver delete completed, dead
 	// and cancelled jobs that finished longer ago than Retention, in a
-	// background sweep every PollInterval. Zero (the default) keeps them
-	// until Purge.
+	// background sweep every PollInterval; an unsettled job is kept until
+	// it is settled. Zero (the default) keeps them until Purge.
 	Retention time.Duration
 	// Logger receives the driver's logs (subscription trouble). Nil means
 	// slog.Default().
@@ -63,8 +63,9 @@ type TestConfig struct {
 }
 
 // Driver is the Redis [queue.Driver]. It implements [queue.Notifier],
-// [queue.Watcher], [queue.IDEnqueuer] and [queue.SpaceNotifier]. Use it through [queue.New]. A
-// Driver is safe for concurrent use by multiple goroutines.
+// [queue.Watcher], [queue.IDEnqueuer], [queue.SpaceNotifier] and
+// [queue.Settler]. Use it through [queue.New]. A Driver is safe for
+// concurrent use by multiple goroutines.
 type Driver struct {
 	c    redis.UniversalClient
 	cfg  Config
@@ -111,7 +112,7 @@ var scripts = func() map[string]*redis.Script {
 		panic(err)
 	}
 	m := map[string]*redis.Script{}
-	for _, name := range []string{"ops", "enqueue", "tick", "stats", "purge", "workflows", "pause", "reconcile"} {
+	for _, name := range []string{"ops", "enqueue", "tick", "stats", "purge", "workflows", "pause", "reconcile", "settle"} {
 		body, err := luaFiles.ReadFile("lua/" + name + ".lua")
 		if err != nil {
 			panic(err)
@@ -362,6 +363,7 @@ var (
 	_ queue.Notifier   = (*Driver)(nil)
 	_ queue.Watcher    = (*Driver)(nil)
 	_ queue.IDEnqueuer = (*Driver)(nil)
+	_ queue.Settler    = (*Driver)(nil)
 
 	_ queue.SpaceNotifier = (*Driver)(nil)
 )

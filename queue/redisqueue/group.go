@@ -11,7 +11,7 @@ import (
 // Group calls. Redis runs one command at a time, and a script call costs
 // a round trip and a fixed overhead whatever it does; so the job
 // operations (Lease, Extend, Begin, Complete, Fail, Requeue, Cancel,
-// Retry, Get) that the goroutines of one process make at the same time
+// Retry, Get, Settle) that the goroutines of one process make at the same time
 // share one call of the ops script: while one group is in flight the
 // next gathers, and its first member then sends them all. The script
 // applies them one after the other, each as its own call would, in one

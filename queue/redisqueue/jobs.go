@@ -87,7 +87,7 @@ func (d *Driver) EnqueueIDs(ctx context.Context, ps []queue.EnqueueParams) ([]st
 }
 
 // enqueueFields is the number of arguments of one job in enqueue.lua.
-const enqueueFields = 12
+const enqueueFields = 13
 
 // enqueue stores ps in one script call; with record set it also returns
 // the first job's record as stored.
@@ -114,7 +114,8 @@ func (d *Driver) enqueue(ctx context.Context, ps []queue.EnqueueParams, record b
 			md = string(b)
 		}
 		args = append(args, ids[i], p.Priority, p.Workflow, p.WorkflowKey, p.Overrides, p.Payload, md,
-			encodeSet(p.Requires), encodeSet(p.Needs), encodeSet(p.ExcludeBackends), p.IdempotencyKey, p.MaxAttempts)
+			encodeSet(p.Requires), encodeSet(p.Needs), encodeSet(p.ExcludeBackends), p.IdempotencyKey, p.MaxAttempts,
+			settleArg(p.Settle))
 	}
 	raw, err := d.runSynced(ctx, "enqueue", args...)
 	if err != nil {
@@ -191,6 +192,14 @@ func needsArg(needs []string) string {
 	return encodeSet(needs)
 }
 
+// settleArg is enqueue.lua's settle field: "1", or "" (not written).
+func settleArg(settle bool) string {
+	if settle {
+		return "1"
+	}
+	return ""
+}
+
 func flag(b bool) string {
 	if b {
 		return "1"
@@ -229,6 +238,47 @@ func (d *Driver) Retry(ctx context.Context, id string) (*queue.Job, error) {
 // Get implements [queue.Driver].
 func (d *Driver) Get(ctx context.Context, id string) (*queue.Job, error) {
 	return d.do(ctx, "get", id, id)
+}
+
+// Settle implements [queue.Settler]: one op of the ops script clears the
+// job's us field and claim and moves it from unsettled to fin; a job
+// that is not unsettled is returned as it is. It publishes no change.
+func (d *Driver) Settle(ctx context.Context, id string) (*queue.Job, error) {
+	return d.do(ctx, "settle", id, id)
+}
+
+// ClaimUnsettled implements [queue.Settler] with one script
+// (lua/settle.lua), which applies what is due, returns lapsed claims to
+// the sorted set of unsettled jobs by finish time and claims the oldest:
+// it reads the jobs it returns and the claims that lapsed, not the
+// queue.
+func (d *Driver) ClaimUnsettled(ctx context.Context, finishedBefore time.Time, claim time.Duration, limit int) ([]*queue.Job, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	before := ""
+	if !finishedBefore.IsZero() {
+		// Finish times are whole µs: FinishedAt <= finishedBefore is
+		// fi <= finishedBefore's µs, rounded down.
+		before = strconv.FormatInt(finishedBefore.UnixMicro(), 10)
+	}
+	raw, err := d.run(ctx, "settle", before, micros(claim), limit)
+	if err != nil {
+		return nil, wrapErr("claim unsettled", err)
+	}
+	rows, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redisqueue: claim unsettled: malformed reply %T", raw)
+	}
+	jobs := make([]*queue.Job, 0, len(rows))
+	for _, row := range rows {
+		j, err := decodeRow(row)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
 }
 
 // PutWorkflow implements [queue.Driver].

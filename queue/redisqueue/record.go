@@ -26,6 +26,7 @@ import (
 //	av  available at          la  leased at        le  lease expires at
 //	fi  finished at           lb  leased by        tk  lease token
 //	rs  result                sq  enqueue sequence bk  bucket (see the package doc)
+//	se  "1": enqueued with Settle                  us  "1": unsettled
 //	ec, em, en, et            the error's class, message, node id, node type
 //
 // Attempts are runs of length-prefixed fields (see lua/lib.lua).
@@ -34,7 +35,7 @@ import (
 // (record in lua/lib.lua): values only, which costs both sides less than
 // HGETALL's names and values.
 var recordFields = [...]string{"id", "st", "v", "pr", "wf", "wk", "ov", "pl", "md", "rq", "nd", "xb", "ik",
-	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et", "sq"}
+	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et", "sq", "se", "us"}
 
 // decodeRow builds a Job from a record as the scripts return it.
 func decodeRow(raw any) (*queue.Job, error) {
@@ -123,6 +124,10 @@ func decodeFields(record iter.Seq2[string, string]) (*queue.Job, error) {
 			j.Error.NodeID = v
 		case "et":
 			j.Error.NodeType = v
+		case "se":
+			j.Settle = v == "1"
+		case "us":
+			j.Unsettled = v == "1"
 		}
 		if err != nil {
 			return nil, fmt.Errorf("redisqueue: job record field %s: %w", k, err)

@@ -1,7 +1,8 @@
 -- enqueue: a batch of new jobs, all or nothing. ARGV[3] is the capacity
 -- (0: unbounded), ARGV[4] the number of jobs, then per job the fields
 -- id, priority, workflow, workflow key, overrides, payload, metadata,
--- requires, needs, excluded backends, idempotency key, max attempts.
+-- requires, needs, excluded backends, idempotency key, max attempts,
+-- settle ("1" for a job whose end is settled: field se).
 -- It returns {"ok"} (with ARGV[3] "1", {"ok", record} of the first
 -- job, as it was stored) or, for the first job refused in batch order,
 -- {"dup", index, existing id}, {"notfound", index} or {"full", index}
@@ -10,7 +11,7 @@
 -- exists even when the queue is full.
 
 local cap, n, want = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
-local F = 12
+local F = 13
 local room = n
 if cap > 0 then
   room = cap - (redis.call('ZCARD', P .. 's:queued') + redis.call('ZCARD', P .. 's:leased') +
@@ -35,7 +36,8 @@ redis.call('SET', P .. 'lastenq', fmt(eq))
 local seq = redis.call('INCRBY', KEYS[1], n) - n
 local first = seq + 1 -- the first job's sequence
 local eqs = fmt(eq)
-local optional = { [4] = 'wk', [5] = 'ov', [6] = 'pl', [7] = 'md', [8] = 'rq', [9] = 'nd', [10] = 'xb', [11] = 'ik' }
+local optional = { [4] = 'wk', [5] = 'ov', [6] = 'pl', [7] = 'md', [8] = 'rq', [9] = 'nd', [10] = 'xb', [11] = 'ik',
+  [13] = 'se' }
 -- A batch's jobs mostly share a bucket: each distinct one is named and
 -- stored once per batch, and its sorted sets are written in one command
 -- each.

@@ -153,10 +153,25 @@ local function clearError(id)
   redis.call('HDEL', jk(id), 'ec', 'em', 'en', 'et')
 end
 
+-- ended indexes a job that just became terminal at time at: a job
+-- enqueued with Settle (se) becomes unsettled (us), waiting in the sorted
+-- set unsettled by finish time until Settle moves it to fin; any other
+-- goes to fin at once. So Purge and retention, which walk fin, never see
+-- an unsettled job. It returns the value of us ("1" or false).
+local function ended(id, se, at)
+  if se == '1' then
+    redis.call('HSET', jk(id), 'us', '1')
+    redis.call('ZADD', P .. 'unsettled', at, id)
+    return '1'
+  end
+  redis.call('ZADD', P .. 'fin', at, id)
+  return false
+end
+
 -- finish makes a job terminal (its fields already written but fi).
 local function finish(id, seq, from, to, at)
   redis.call('HSET', jk(id), 'st', to, 'fi', fmt(at))
-  redis.call('ZADD', P .. 'fin', at, id)
+  ended(id, redis.call('HGET', jk(id), 'se'), at)
   move(id, seq, from, to)
 end
 
@@ -226,7 +241,7 @@ end
 -- return it as it wrote it without reading it again.
 local function record(id)
   return redis.call('HMGET', jk(id), 'id', 'st', 'v', 'pr', 'wf', 'wk', 'ov', 'pl', 'md', 'rq', 'nd', 'xb', 'ik',
-    'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et', 'sq')
+    'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et', 'sq', 'se', 'us')
 end
 local R = { id = 1, st = 2, v = 3, u = 15, at = 16, ao = 17, la = 20, le = 21, fi = 22, lb = 23, tk = 24, rs = 25,
-  sq = 30 }
+  sq = 30, se = 31, us = 32 }

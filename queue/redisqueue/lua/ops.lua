@@ -173,7 +173,7 @@ local function complete(id, tok, result)
   redis.call('ZREM', P .. 'lease', id)
   redis.call('HDEL', k, 'tk', 'le', 'ao')
   redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', at, 'u', u, 'v', v)
-  redis.call('ZADD', P .. 'fin', NOW, id)
+  rec[R.us] = ended(id, rec[R.se], NOW)
   move(id, rec[R.sq], 'leased', 'completed')
   changed(id, 'completed', v)
   rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v] = 'completed', fi, result, at, u, v
@@ -277,9 +277,11 @@ local function retry(id, capacity)
   local cap = tonumber(capacity)
   if cap > 0 and unfinished() >= cap then return { 'full' } end
   redis.call('HSET', k, 'st', 'queued', 'u', 0, 'av', fmt(NOW))
-  redis.call('HDEL', k, 'fi')
+  redis.call('HDEL', k, 'fi', 'us')
   clearError(id)
   redis.call('ZREM', P .. 'fin', id)
+  redis.call('ZREM', P .. 'unsettled', id)
+  redis.call('ZREM', P .. 'uclaim', id)
   local v = bump(id)
   makeQueued(id, st)
   changed(id, 'queued', v)
@@ -292,13 +294,28 @@ local function get(id)
   return { 'ok', '', r }
 end
 
+-- settle clears the job's unsettled flag and claim, moving it to fin (a
+-- write, announced to no one); a job that is not unsettled is returned
+-- as it is, unwritten.
+local function settle(id)
+  local r = record(id)
+  if not r[1] then return { 'notfound' } end
+  if r[R.us] ~= '1' then return { 'ok', '', r } end
+  redis.call('HDEL', jk(id), 'us')
+  redis.call('ZREM', P .. 'unsettled', id)
+  redis.call('ZREM', P .. 'uclaim', id)
+  redis.call('ZADD', P .. 'fin', tonumber(r[R.fi]) or NOW, id)
+  r[R.us], r[R.v] = false, tostring(bump(id))
+  return { 'ok', '', r }
+end
+
 -- Each op runs protected: an error (a record Redis trouble left
 -- malformed) fails that op alone; the writes it made before the error
 -- stay, as Redis does not roll a script back, and the group goes on.
 local ops = {
   get = { get, 1 }, lease = { lease, 8 }, extend = { extend, 3 }, begin = { begin, 4 },
   complete = { complete, 3 }, fail = { fail, 10 }, requeue = { requeue, 7 }, cancel = { cancel, 5 },
-  retry = { retry, 2 },
+  retry = { retry, 2 }, settle = { settle, 1 },
 }
 local out = {}
 local i = 3

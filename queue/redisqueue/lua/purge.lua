@@ -14,10 +14,10 @@ local deleted = 0
 for _, id in ipairs(ids) do
   if deleted >= limit then return { deleted, offset, 0 } end
   local k = jk(id)
-  local f = redis.call('HMGET', k, 'st', 'ik', 'wk')
+  local f = redis.call('HMGET', k, 'st', 'ik', 'wk', 'us')
   if not f[1] then
     redis.call('ZREM', P .. 'fin', id) -- a leftover
-  elseif states[f[1]] then
+  elseif states[f[1]] and f[4] ~= '1' then -- never an unsettled job (none is in fin)
     if f[2] and f[2] ~= '' and redis.call('HGET', P .. 'idem', f[2]) == id then
       redis.call('HDEL', P .. 'idem', f[2])
     end
