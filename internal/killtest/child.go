@@ -95,6 +95,7 @@ func childMain(a Adapter) (err error) {
 		FailoverStrategy: parts.Failover,
 		LeaseDuration:    jobLease,
 		Accounting:       &accounting{ledger: parts.Ledger, holder: holder},
+		SettleAfter:      settleAfter,
 		Logger:           log,
 	})
 	if err != nil {
