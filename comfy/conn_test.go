@@ -156,6 +156,30 @@ func TestConnectOfflineThenRecovers(t *testing.T) {
 	})
 }
 
+// LastError says why the client is not connected, for a caller that
+// wants to report it without waiting for Connect's context to end.
+func TestLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, nil)
+		srv.FailNext("/ws", 3, http.StatusServiceUnavailable)
+		c := runClient(t, srv, nil)
+		require.NoError(t, c.LastError(), "no attempt yet")
+
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Connect(ctx) }()
+		waitState(t, c, comfy.StateOffline)
+		err := c.LastError()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "503")
+		assert.NotErrorIs(t, err, comfy.ErrNotConnected, "the attempt's own error, not Connect's")
+
+		require.NoError(t, <-done, "the fourth attempt connects")
+		assert.NoError(t, c.LastError(), "cleared once connected")
+	})
+}
+
 func TestReconnectAfterTwoDrops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := inMemory(t, slowSampler(20*time.Second))

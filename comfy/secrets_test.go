@@ -362,7 +362,8 @@ var hostileKinds = []hostileKind{
 			err := c.Connect(ctx)
 			require.ErrorIs(t, err, comfy.ErrNotConnected)
 			assert.Contains(t, err.Error(), "last dial error")
-			errs = append(errs, err)
+			require.Error(t, c.LastError())
+			errs = append(errs, err, c.LastError())
 		}
 		return errs
 	}},

@@ -183,6 +183,19 @@ func (c *Client) State() State {
 	return c.sess.state
 }
 
+// LastError returns why the WebSocket is not connected: the error of the
+// latest failed connection attempt (a refused or timed-out dial, a TLS
+// failure, an HTTP status instead of the upgrade), without credentials,
+// as Connect reports it. It is nil while connected, before an attempt
+// failed, and after a connection drops until a reconnect attempt fails.
+// It does no I/O; watch State and StateChanged to learn when to read it
+// (StateOffline: several attempts in a row failed).
+func (c *Client) LastError() error {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	return c.sess.lastErr
+}
+
 // LastQueueRemaining reports the server's queue_remaining (prompts pending or
 // running, from every client of the server) as of the last status message
 // the WebSocket received — the server sends one on connect and whenever
