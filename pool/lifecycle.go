@@ -87,7 +87,10 @@ func (p *WorkflowPool) watch(b *backend) {
 	changed := b.stateChanged()
 	if b.client != nil { // a remote backend's worker says what it runs and when it is there (remote.go)
 		p.wg.Go(func() { p.refresher(ctx, b) }) // capabilities.go: /object_info and free VRAM
-		_ = b.client.Connect(ctx)               // keeps retrying in the background until Close
+		// Connect keeps retrying in the background until Close; it returns
+		// once connected. Not waited for here, so that a backend down from
+		// the start has its connecting and offline states published too.
+		stopper.Go(func() { _ = b.client.Connect(ctx) })
 	}
 	last := comfy.StateIdle
 	wasConnected := false
