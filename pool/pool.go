@@ -277,6 +277,12 @@ func (p *WorkflowPool) Subscribe(kinds ...EventKind) (<-chan Event, func()) {
 type BackendStats struct {
 	Name  string
 	State comfy.State
+	// LastError is why the backend is not connected: its client's latest
+	// failed connection attempt (see comfy.Client.LastError), without
+	// credentials; nil while connected. With State comfy.StateOffline
+	// (several attempts in a row failed) it says why the backend is
+	// unreachable; client:state events say when to read it.
+	LastError error
 	// InFlight counts the prompts the Pool has submitted to the backend
 	// and not seen end; MaxInFlight is its BackendConfig.MaxInFlight.
 	InFlight    int
@@ -367,9 +373,13 @@ func (p *WorkflowPool) Backends() []BackendStats {
 	// Client state is read outside p.mu: the client has locks of its own.
 	states := make([]comfy.State, len(backends))
 	queues := make([]int, len(backends))
+	lastErrs := make([]error, len(backends))
 	for i, b := range backends {
 		states[i] = b.state()
 		queues[i] = b.serverQueue()
+		if b.client != nil {
+			lastErrs[i] = b.client.LastError()
+		}
 	}
 	out := make([]BackendStats, 0, len(backends))
 	p.mu.Lock()
@@ -381,7 +391,7 @@ func (p *WorkflowPool) Backends() []BackendStats {
 		if !held && holder == p.cfg.HolderID {
 			holder = "" // ours expired: who holds it now is unknown
 		}
-		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
+		out = append(out, BackendStats{Name: b.cfg.Name, State: states[i], LastError: lastErrs[i], InFlight: b.inflight - b.leasing, ServerQueue: queues[i],
 			MaxInFlight: b.cfg.MaxInFlight, Tags: slices.Clone(b.cfg.Tags), Draining: b.draining,
 			VRAMFree: b.caps.vram, Capabilities: b.caps.set,
 			Holder: holder, HeldElsewhere: !held, HandingOver: held && b.lease.handover, Remote: b.remote != nil})
