@@ -17,6 +17,9 @@
 // built-in, model-free nodes, so any ComfyUI installation can run them:
 //
 //	go run ./examples/dag -servers http://10.0.0.1:8188,http://10.0.0.2:8188
+//
+// A server that cannot be reached is reported within seconds, with the
+// connection error.
 package main
 
 import (
@@ -35,6 +38,7 @@ import (
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
 	"github.com/comfypool/comfypool/dag"
+	"github.com/comfypool/comfypool/internal/exampleconn"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -168,7 +172,7 @@ func run(ctx context.Context, urls []string, inputs map[string]any, out io.Write
 		return err
 	}
 	defer p.Stop(context.Background()) // after an early return; idempotent
-	if err := waitForBackends(ctx, p, out); err != nil {
+	if err := exampleconn.WaitPool(ctx, p, out, exampleconn.Within); err != nil {
 		return err
 	}
 
@@ -272,22 +276,4 @@ func running(p dag.Progress) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// waitForBackends waits until every backend is connected, or at least
-// one when the others are still down after 10s; with none at all it gives
-// up when ctx ends.
-func waitForBackends(ctx context.Context, p *pool.WorkflowPool, out io.Writer) error {
-	all, cancel := context.WithTimeout(ctx, 10*time.Second)
-	up, err := p.WaitConnected(all, 0)
-	cancel()
-	if err == nil {
-		fmt.Fprintf(out, "%d backend(s) connected\n", up)
-		return nil
-	}
-	if up, err = p.WaitConnected(ctx, 1); err != nil {
-		return fmt.Errorf("no backend is reachable: %w", err)
-	}
-	fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, len(p.Backends()))
-	return nil
 }

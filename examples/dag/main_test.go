@@ -8,7 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/internal/exampletest"
 )
+
+func TestMain(m *testing.M) { exampletest.Main(m, main) }
 
 // The default command: the graph on three embedded fake servers, one line
 // per node transition (not a terminal).
@@ -42,4 +46,11 @@ func TestDagExampleLive(t *testing.T) {
 func TestDagExampleBadURL(t *testing.T) {
 	var out bytes.Buffer
 	require.Error(t, run(t.Context(), []string{"ftp://x"}, nil, &out, false))
+}
+
+// Given unreachable servers, the program says so at once, with the
+// connection error, and exits non-zero.
+func TestDagExampleUnreachable(t *testing.T) {
+	res := exampletest.Unreachable(t, "-servers")
+	assert.Contains(t, res.Stderr, "dag: no backend is reachable:\n  gpu-0 (offline): ")
 }

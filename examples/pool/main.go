@@ -11,6 +11,9 @@
 // built-in, model-free nodes, so any ComfyUI installation can run them:
 //
 //	go run ./examples/pool -servers http://10.0.0.1:8188,http://10.0.0.2:8188
+//
+// A server that cannot be reached is reported within seconds, with the
+// connection error.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/internal/exampleconn"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -114,7 +118,7 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 	}
 	defer p.Stop(context.Background()) // after an early return; idempotent
 
-	if err := waitForBackends(ctx, p, out); err != nil {
+	if err := exampleconn.WaitPool(ctx, p, out, exampleconn.Within); err != nil {
 		return err
 	}
 
@@ -185,24 +189,6 @@ func run(ctx context.Context, urls []string, jobs int, out io.Writer) error {
 	if firstErr != nil {
 		return fmt.Errorf("%d job(s) failed, first: %w", failed, firstErr)
 	}
-	return nil
-}
-
-// waitForBackends waits until every backend is connected, or at least
-// one when the others are still down after 10s; with none at all it gives
-// up when ctx ends.
-func waitForBackends(ctx context.Context, p *pool.WorkflowPool, out io.Writer) error {
-	all, cancel := context.WithTimeout(ctx, 10*time.Second)
-	up, err := p.WaitConnected(all, 0)
-	cancel()
-	if err == nil {
-		fmt.Fprintf(out, "%d backend(s) connected\n", up)
-		return nil
-	}
-	if up, err = p.WaitConnected(ctx, 1); err != nil {
-		return fmt.Errorf("no backend is reachable: %w", err)
-	}
-	fmt.Fprintf(out, "%d of %d backend(s) connected; the others join when they come up\n", up, len(p.Backends()))
 	return nil
 }
 

@@ -2,15 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/internal/exampletest"
 )
+
+func TestMain(m *testing.M) { exampletest.Main(m, main) }
 
 // The default command: a mixed batch on three embedded fake servers, one
 // of which fails its first prompt, so one job is retried elsewhere.
@@ -41,11 +43,9 @@ func TestPoolExampleBadURL(t *testing.T) {
 	assert.Contains(t, err.Error(), "gpu-0")
 }
 
+// Given unreachable servers, the program says so at once, with the
+// connection error, and exits non-zero.
 func TestPoolExampleUnreachable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	err := run(ctx, []string{"http://127.0.0.1:1"}, 1, &out)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "no backend is reachable")
+	res := exampletest.Unreachable(t, "-servers")
+	assert.Contains(t, res.Stderr, "pool: no backend is reachable:\n  gpu-0 (offline): ")
 }
