@@ -1,5 +1,6 @@
-// Command quickstart runs one ComfyUI workflow and prints its progress and
-// outputs.
+// Command quickstart runs one ComfyUI workflow, prints its progress and
+// saves its image to disk (-out, by default quickstart.png in the current
+// directory).
 //
 // With no flags it starts an embedded fake ComfyUI server (comfytest), so it
 // needs no ComfyUI installation and no GPU:
@@ -9,7 +10,10 @@
 // Against a real server, give its URL. The workflow then uses only ComfyUI's
 // built-in, model-free nodes, so any ComfyUI installation can run it:
 //
-//	go run ./examples/quickstart -server http://127.0.0.1:8188
+//	go run ./examples/quickstart -server http://127.0.0.1:8188 -out /tmp/inverted.png
+//
+// A server that cannot be reached is reported within seconds, with the
+// connection error.
 package main
 
 import (
@@ -17,29 +21,33 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image"
 	"image/png"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/internal/exampleconn"
 )
 
 func main() {
 	server := flag.String("server", "", "URL of a real ComfyUI server (default: an embedded fake one)")
+	outPath := flag.String("out", "quickstart.png", "`file` to save the image to (a batch adds _2, _3, ... before the extension)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-
-	if err := run(ctx, *server, os.Stdout); err != nil {
+	err := run(ctx, *server, *outPath, os.Stdout)
+	cancel()
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -53,7 +61,10 @@ const workflow = `{
   "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "quickstart"}}
 }`
 
-func run(ctx context.Context, serverURL string, out io.Writer) error {
+// run runs the workflow on the server at serverURL, or on an embedded
+// fake server when it is empty, writes the progress to out and saves the
+// images to savePath.
+func run(ctx context.Context, serverURL, savePath string, out io.Writer) error {
 	opts := &comfy.ClientOptions{
 		// Keep the output to what the example prints; a service would pass
 		// its own logger.
@@ -79,13 +90,10 @@ func run(ctx context.Context, serverURL string, out io.Writer) error {
 	}
 	defer client.Close(context.Background())
 
-	// Fail fast with a clear message when the server is not there: by
-	// itself the client keeps reconnecting until the context ends.
-	connectCtx, cancelConnect := context.WithTimeout(ctx, 10*time.Second)
-	err = client.Connect(connectCtx)
-	cancelConnect()
-	if err != nil {
-		return fmt.Errorf("cannot reach ComfyUI at %s: %w", client.BaseURL(), err)
+	// Fail fast with the connection error when the server is not there:
+	// by itself the client keeps reconnecting until the context ends.
+	if err := exampleconn.WaitClient(ctx, client, exampleconn.Within); err != nil {
+		return err
 	}
 
 	wf, err := comfy.ParseWorkflow([]byte(workflow))
@@ -125,19 +133,49 @@ func run(ctx context.Context, serverURL string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "finished in %s\n", time.Since(start).Round(time.Millisecond))
 
-	for _, f := range res.Files() {
-		img, err := client.View(ctx, f, nil)
+	for i, f := range res.Files() {
+		path := savePath
+		if i > 0 {
+			ext := filepath.Ext(path)
+			path = fmt.Sprintf("%s_%d%s", strings.TrimSuffix(path, ext), i+1, ext)
+		}
+		cfg, err := save(ctx, client, f, path)
 		if err != nil {
 			return err
 		}
-		cfg, err := png.DecodeConfig(img.Body)
-		img.Body.Close()
-		if err != nil {
-			return fmt.Errorf("decode %s: %w", f.Filename, err)
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
 		}
-		fmt.Fprintf(out, "output %s/%s (%s): %dx%d PNG\n", f.Type, f.Filename, img.ContentType, cfg.Width, cfg.Height)
+		fmt.Fprintf(out, "output %s/%s: %dx%d PNG, saved to %s\n", f.Type, f.Filename, cfg.Width, cfg.Height, path)
 	}
 	return nil
+}
+
+// save streams the file f from the server into path, checking on the way
+// that it is a PNG, and returns its size.
+func save(ctx context.Context, client *comfy.Client, f comfy.FileRef, path string) (image.Config, error) {
+	img, err := client.View(ctx, f, nil)
+	if err != nil {
+		return image.Config{}, err
+	}
+	defer img.Body.Close()
+	file, err := os.Create(path)
+	if err != nil {
+		return image.Config{}, err
+	}
+	// The decoder reads the header through the tee; io.Copy writes the rest.
+	cfg, err := png.DecodeConfig(io.TeeReader(img.Body, file))
+	if err == nil {
+		_, err = io.Copy(file, img.Body)
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return image.Config{}, fmt.Errorf("save %s to %s: %w", f.Filename, path, err)
+	}
+	return cfg, nil
 }
 
 // bar draws a 20-character progress bar.
