@@ -17,6 +17,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/internal/exampleconn"
 	"github.com/comfypool/comfypool/pool"
 	"github.com/comfypool/comfypool/queue"
 )
@@ -61,6 +62,9 @@ func (e *Example) enqueue(ctx context.Context, q *queue.Queue, leases Leases, wo
 		fmt.Printf("backends %s: %d fake ComfyUI servers (comfytest) in this process\n", strings.Join(backends, ", "), fakeServers)
 	} else {
 		fmt.Printf("backends %s: the -servers URLs\n", strings.Join(backends, ", "))
+		if err := checkServers(ctx, strings.Split(urls, ","), os.Stdout); err != nil {
+			return err
+		}
 	}
 
 	// Two worker processes: this program again, with -worker.
@@ -124,6 +128,28 @@ func (e *Example) enqueue(ctx context.Context, q *queue.Queue, leases Leases, wo
 		return err
 	}
 	return summarize(ctx, p, ids, ran, time.Since(start))
+}
+
+// checkServers connects to the servers at urls from a Pool of this
+// process, so that one that cannot be reached is reported at once, with
+// its connection error, before the workers start (they would wait for it
+// in silence). It fails when none can be reached and goes on, naming
+// them, when some can.
+func checkServers(ctx context.Context, urls []string, out io.Writer) error {
+	quiet := slog.New(slog.DiscardHandler)
+	var backends []pool.BackendConfig
+	for i, u := range urls {
+		backends = append(backends, pool.BackendConfig{Name: backendName(i), URL: u, Client: &comfy.ClientOptions{Logger: quiet}})
+	}
+	p, err := pool.New(&pool.Config{Backends: backends, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
+	defer p.Stop(context.Background()) // runs no job: returns at once
+	return exampleconn.WaitPool(ctx, p, out, exampleconn.Within)
 }
 
 // enqueueJobs enqueues n jobs of one workflow (comfytest.WorkflowOK, which

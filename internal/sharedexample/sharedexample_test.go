@@ -1,11 +1,16 @@
 package sharedexample
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/comfypool/comfypool/internal/exampleconn"
+	"github.com/comfypool/comfypool/internal/exampletest"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -116,5 +121,18 @@ func TestCheckOutput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: CheckOutput = %v, want an error saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Servers that cannot be reached are reported at once, with their
+// connection error, before any worker starts.
+func TestCheckServersUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // far beyond the second it takes
+	defer cancel()
+	var out bytes.Buffer
+	err := checkServers(ctx, []string{exampletest.RefusedURL}, &out)
+	if !errors.Is(err, exampleconn.ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("checkServers = %v, want the refused connection", err)
 	}
 }

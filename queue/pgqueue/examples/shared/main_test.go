@@ -9,9 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfypool/comfypool/internal/exampletest"
 	"github.com/comfypool/comfypool/internal/sharedexample"
 	"github.com/comfypool/comfypool/queue/pgqueue/internal/pgtest"
 )
+
+// TestMain lets exampletest run this example's main in a process of its
+// own.
+func TestMain(m *testing.M) { exampletest.Main(m, main) }
 
 // TestExample builds the example and runs it as a user would: three OS
 // processes (it and its two workers) on one scratch schema. Every job runs
@@ -42,5 +47,20 @@ func TestExample(t *testing.T) {
 	}
 	if !strings.HasSuffix(string(out), "\nthe jobs stay in schema "+schema+" (DROP SCHEMA "+schema+" CASCADE removes it)\n") {
 		t.Errorf("the last line does not say where the jobs stay:\n%s", out)
+	}
+}
+
+// Given -servers that cannot be reached, the example says so at once,
+// with the connection error, and exits non-zero before starting workers.
+func TestExampleUnreachable(t *testing.T) {
+	db := pgtest.Pool(t, 1)
+	schema := pgtest.Schema(t, db)
+	url, _ := pgtest.URL()
+	res := exampletest.Unreachable(t, "-servers", "-db", url, "-schema", schema)
+	if !strings.Contains(res.Stderr, "shared: no backend is reachable:\n  gpu-0 (offline): ") {
+		t.Errorf("stderr:\n%s", res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "started worker-a") {
+		t.Errorf("workers were started:\n%s", res.Stdout)
 	}
 }

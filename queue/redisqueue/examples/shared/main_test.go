@@ -12,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfypool/comfypool/internal/exampletest"
 	"github.com/comfypool/comfypool/internal/sharedexample"
 	"github.com/comfypool/comfypool/queue/redisqueue/internal/redistest"
 )
+
+// TestMain lets exampletest run this example's main in a process of its
+// own.
+func TestMain(m *testing.M) { exampletest.Main(m, main) }
 
 // TestExample builds the example and runs it as a user would: three OS
 // processes (it and its two workers) on one Redis. Every job runs once,
@@ -91,4 +96,18 @@ func TestExample(t *testing.T) {
 			t.Errorf("the output does not say %q:\n%s", want, out)
 		}
 	})
+}
+
+// Given -servers that cannot be reached, the example says so at once,
+// with the connection error, and exits non-zero before starting workers.
+func TestExampleUnreachable(t *testing.T) {
+	redistest.Client(t, 0) // skips when there is no Redis (see redistest)
+	url, _ := redistest.URL()
+	res := exampletest.Unreachable(t, "-servers", "-redis", url)
+	if !strings.Contains(res.Stderr, "shared: no backend is reachable:\n  gpu-0 (offline): ") {
+		t.Errorf("stderr:\n%s", res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "started worker-a") {
+		t.Errorf("workers were started:\n%s", res.Stdout)
+	}
 }
