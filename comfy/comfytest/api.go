@@ -3,6 +3,7 @@ package comfytest
 import (
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 )
@@ -41,6 +42,14 @@ type Options struct {
 	// load every time. Default 0: a class pays its LoadDelay once, until
 	// Restart or POST /free.
 	ModelSlots int
+	// Listener, when set, is the socket a loopback server (NewServer,
+	// NewUnstartedServer, NewTLSServer) accepts connections on, instead
+	// of a fresh one on 127.0.0.1:0: a fixed port for a fake served
+	// outside a test, say. URL names its address (an unspecified host,
+	// 0.0.0.0 or ::, as 127.0.0.1). The server owns it and
+	// closes it in Close; give it to one server only. NewInMemoryServer
+	// ignores it.
+	Listener net.Listener
 }
 
 // Dialect switches protocol details that changed across ComfyUI versions.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,16 +173,31 @@ func newServer(opts *Options, inMemory bool) *Server {
 			ForceAttemptHTTP2: false,
 		}}
 	} else {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic("comfytest: failed to listen on a loopback port: " + err.Error())
+		l := o.Listener
+		if l == nil {
+			var err error
+			l, err = net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				panic("comfytest: failed to listen on a loopback port: " + err.Error())
+			}
 		}
 		s.listener = l
-		s.URL = "http://" + l.Addr().String()
+		s.URL = "http://" + dialAddr(l.Addr())
 		s.client = &http.Client{Transport: &http.Transport{Proxy: nil}}
 	}
 	s.resetBoot()
 	return s
+}
+
+// dialAddr is the host:port a client dials to reach a listener at a: an
+// unspecified host (0.0.0.0, or ::, which Go also reports for a 0.0.0.0
+// listener on a dual-stack host) is reached on 127.0.0.1.
+func dialAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || !ta.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
 }
 
 // resetBoot installs fresh per-boot state. Caller holds no lock; the worker
