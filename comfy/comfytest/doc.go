@@ -31,6 +31,7 @@
 //		srv.DelayNextAnswers("/prompt", 1, 7*time.Second) // queued now, answered 7s later
 //		srv.DropSocketsAfter(3)           // sockets die after 3 more frames
 //		srv.HangPrompts(true)             // prompts run until interrupted
+//		srv.FailPrompts(0.1, nil)         // every tenth prompt runs out of memory
 //		srv.Restart()                     // queue, history, counter forgotten
 //
 //		// What the server saw:

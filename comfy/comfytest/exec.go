@@ -224,6 +224,8 @@ type run struct {
 	progress omap // progress_state nodes, cumulative
 	executed []string
 	messages []any
+	counted  bool     // FailPrompts counted the prompt
+	fail     *Failure // FailPrompts chose it to fail
 }
 
 func (r *run) ts() any { return time.Now().UnixMilli() }
@@ -578,6 +580,10 @@ func (r *run) runNode(id string) (runResult, omap) {
 		s.mu.Unlock()
 		return resSuccess, nil
 	}
+	if !r.counted { // the prompt's first node that runs: FailPrompts
+		r.counted = true
+		r.fail = s.nextFailureLocked()
+	}
 	r.setProgress(id, pyFloat(0), pyFloat(1), "running")
 	r.sendProgressStateLocked()
 	s.lastNode = id
@@ -709,6 +715,9 @@ func (r *run) runNode(id string) (runResult, omap) {
 	outs, fail := d.outputs(s, in)
 	if d.Fail != nil {
 		fail = d.Fail
+	}
+	if r.fail != nil {
+		fail = r.fail
 	}
 	if fail != nil {
 		return resError, r.errorData(id, fail, inOrdered)

@@ -81,6 +81,7 @@ type Server struct {
 	hang             bool
 	vramFree         int64 // SetVRAMFree; 0 = the default
 	ignoreInterrupts bool
+	failing          failShare // FailPrompts
 
 	// registry inputs (SetModels, SetNodes)
 	models  map[string][]string
