@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -189,13 +190,16 @@ func (p *WorkflowPool) routedBy(wf comfy.Workflow, ovr []Override) (hashed, need
 	return hashed, needed
 }
 
-// decodeOverrides parses a record's Overrides.
+// decodeOverrides parses a record's Overrides. Numbers stay json.Number,
+// as in comfy.ParseWorkflow, so that 64-bit seeds keep every digit.
 func decodeOverrides(b []byte) ([]Override, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var ovr []Override
-	if err := json.Unmarshal(b, &ovr); err != nil {
+	if err := dec.Decode(&ovr); err != nil {
 		return nil, fmt.Errorf("pool: job overrides: %w", err)
 	}
 	return ovr, nil
