@@ -414,3 +414,18 @@ func TestRunInterrupted(t *testing.T) {
 	assert.Equal(t, 3, s.jobs, "every job enqueued is counted")
 	assert.Contains(t, out.String(), "stop  job-0001: interrupted\n")
 }
+
+// One server up and one down: run warns about the one it cannot reach,
+// with its dial error, and runs every job on the other.
+func TestRunWithOneServerDown(t *testing.T) {
+	t.Parallel()
+	fake := startFake(t, 1)
+	dir := t.TempDir()
+	wf := writeFile(t, dir, "wf.json", imageWorkflow)
+	r := comfypool(t, dir, "run", "-server", "up="+fake.urls[0], "-server", "down=http://127.0.0.1:1", "-count", "3", "-connect-timeout", "1h", wf)
+	require.Equal(t, 0, r.code)
+	assert.Regexp(t, `(?m)^comfypool run: warning: not connected \(it joins if it comes up\): down: .*dial tcp 127\.0\.0\.1:1: connect: connection refused$`, r.stderr)
+	assert.Equal(t, runSummary{jobs: 3, completed: 3, files: 3}, parseSummary(t, r.stdout))
+	assert.Equal(t, 3, backendCompleted(t, r.stdout, "up"))
+	assert.Equal(t, 0, backendCompleted(t, r.stdout, "down"))
+}
