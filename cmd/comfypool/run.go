@@ -25,9 +25,9 @@ usage: comfypool run [flags] [WORKFLOW.json]
 
 Run runs a workflow in API format (as ComfyUI's "Export (API)" saves it)
 across the ComfyUI servers given with -server, through a comfypool pool: one
-job, or -count jobs (give -vary-seed 3.seed to make them differ: a server answers
-a workflow it just ran from its cache), or with -batch one job per line of
-a JSON Lines file of input overrides, each line either
+job, or -count jobs (-vary-seed 3.seed makes them differ: a server answers a
+workflow it just ran from its cache), or with -batch one job per line of a
+JSON Lines file of input overrides, each line either
 
 	{"6.text": "a cat", "3.seed": 42}
 	[{"node": "6", "input": "text", "value": "a cat"}]
@@ -93,7 +93,7 @@ func parseRunArgs(e *env, args []string) (*runConfig, error) {
 	c := &runConfig{}
 	var servers listFlag
 	fs := newFlagSet("run", runUsage)
-	fs.Var(&servers, "server", "a ComfyUI server: URL or NAME=URL; repeatable or comma-separated")
+	fs.Var(&servers, "server", "a ComfyUI server: `URL` or NAME=URL; repeatable or comma-separated")
 	fs.StringVar(&c.batch, "batch", "", "JSON Lines file of input overrides, one job a line (- for stdin)")
 	fs.IntVar(&c.count, "count", 1, "run the workflow (or each batch line) this many times")
 	fs.StringVar(&c.varySeed, "vary-seed", "", "NODE.INPUT (e.g. 3.seed) set to each job's number, so that repeated jobs differ (a server answers a repeated workflow from its cache)")
