@@ -28,6 +28,9 @@ type Options struct {
 	// Dialect selects older or newer protocol behaviours. The zero value is
 	// ComfyUI 0.3.64 as in the golden transcripts.
 	Dialect Dialect
+	// Cloud, when its APIKey is set, makes the server a fake Comfy Cloud
+	// instead of a ComfyUI (see CloudOptions; NewCloudServer sets it).
+	Cloud CloudOptions
 	// HistoryDelay is the delay between sending execution_success and writing
 	// the history entry (then status, then executing null). Default 0; even
 	// then execution_success is always sent before the history write.
@@ -76,6 +79,58 @@ type Dialect struct {
 	// (node_title from _meta.title). Default: invalid_prompt with
 	// extra_info {}, as 2023 to 2025 servers.
 	MissingNodeType bool
+}
+
+// CloudOptions turns on the Comfy Cloud dialect, as Cloud's documentation
+// and OpenAPI describe its API (v1, the one compatible with ComfyUI's):
+//
+//   - every HTTP route only under /api (/api/prompt, /api/queue, ...); a
+//     bare path is 404, and so are the routes Cloud does not serve
+//     (/api/free, /api/object_info/{class}, /api/models, GET /api/history
+//     is 405: Cloud only has POST there); the WebSocket is at /ws
+//     (not /api/ws), as Cloud documents it;
+//   - the API key is required on every route but GET /api/system_stats
+//     (public) and GET /api/features (answered without a key, refused
+//     with a wrong one), in the X-API-Key header, as a bearer token, or
+//     as the token query parameter (the WebSocket's form); a missing or
+//     wrong key gets 401 {"code":"UNAUTHORIZED",...}, which never
+//     echoes it;
+//   - GET /api/view answers 302 to a signed, expiring URL on a storage
+//     host of its own (Server.StorageURL, another port), which records
+//     every request and whether one carried the key
+//     (Server.StorageRequests, Server.StorageSawAPIKey); with channel= it
+//     answers the bytes at once;
+//   - uploads (/api/upload/image and /mask) are content-addressed: the
+//     name is the SHA-256 of the bytes plus the extension, subfolder and
+//     overwrite are ignored, the same bytes get the same name; files are
+//     found by name alone (LoadImage, /api/view);
+//   - POST /api/queue answers {"deleted": [...], "cleared": bool};
+//     POST /api/interrupt with a prompt_id acts on that job only (404 when
+//     it is unknown), without one on the running job, else the oldest
+//     pending one;
+//   - GET /api/jobs/{id} is the job's record: status pending,
+//     in_progress, completed, failed or cancelled, and once it ended its
+//     outputs, execution_status, execution_meta and execution_error; 404
+//     for an unknown id;
+//   - client ids are ignored: every WebSocket gets every message (Cloud
+//     sends all of an account's messages to all its connections), and
+//     GET /api/queue items are [number, prompt_id, workflow,
+//     output_node_ids, {create_time}].
+//
+// What Cloud does not document is modelled on ComfyUI: the WebSocket
+// messages, history entries (as execution_status), validation errors.
+// Not modelled: the Assets API (/api/assets; Cloud's docs still mark
+// referencing an asset from a workflow as unconfirmed, so inputs go
+// through /api/upload/image), /api/history_v2, /api/jobs listing and
+// cancel routes, parallel jobs (the fake runs one prompt at a time), and
+// the plan's 402 and 429 answers.
+type CloudOptions struct {
+	// APIKey is the key requests must carry. Setting it turns the dialect
+	// on.
+	APIKey string
+	// SignedURLTTL is how long the storage URLs /api/view redirects to
+	// stay valid. Defaults to DefaultSignedURLTTL.
+	SignedURLTTL time.Duration
 }
 
 // NodeBehavior describes how a fake node class validates and runs.

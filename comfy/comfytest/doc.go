@@ -88,6 +88,19 @@
 // it with s.Client(), also for the WebSocket dial
 // (websocket.DialOptions{HTTPClient: s.Client()}).
 //
+// NewCloudServer (or Options.Cloud) makes a fake Comfy Cloud instead: the
+// API key required, every route under /api only, GET /api/view answering
+// 302 to a signed URL on a storage host of its own (another port) that
+// records whether a client ever sent it the key (StorageSawAPIKey),
+// content-addressed uploads, job records at /api/jobs/{id}; see
+// CloudOptions for the whole dialect.
+//
+//	srv := comfytest.NewCloudServer("comfyui-test-key", nil)
+//	defer srv.Close()
+//	c, _ := comfy.NewClient(srv.URL, &comfy.ClientOptions{APIKey: "comfyui-test-key"})
+//	...
+//	if srv.StorageSawAPIKey() { t.Error("the key followed the redirect to storage") }
+//
 // NewTLSServer (or NewUnstartedServer then StartTLS) serves HTTPS and wss://
 // with a self-signed certificate that s.Client() trusts, for testing a
 // client behind a TLS proxy.

@@ -103,6 +103,10 @@ func (s *Server) inputFileExists(name string) bool {
 	k := splitAnnotated(name, "input")
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cloud != nil {
+		_, ok := s.cloudFileLocked(k.typ, k.name) // content-addressed: by name alone
+		return ok
+	}
 	_, ok := s.files[k]
 	return ok
 }

@@ -61,6 +61,10 @@ var historyIDRE = regexp.MustCompile(`^/history/(.+)$`)
 
 // route dispatches one request (after latency and fault injection).
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if s.cloud != nil {
+		s.routeCloud(w, r) // cloud.go
+		return
+	}
 	p := r.URL.Path
 	if p == "/api" || strings.HasPrefix(p, "/api/") {
 		if s.opts.Dialect.NoAPIPrefix {
@@ -84,10 +88,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/prompt":
 		if get {
-			s.mu.Lock()
-			st := s.statusLocked()
-			s.mu.Unlock()
-			writeJSON(w, 200, st)
+			s.handleGetPrompt(w)
 		} else if methodOK(post) {
 			s.handlePostPrompt(w, r)
 		}
@@ -108,10 +109,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			id := historyIDRE.FindStringSubmatch(p)[1]
 			s.mu.Lock()
 			out := omap{}
-			for _, h := range s.history {
-				if h.id == id {
-					out = omap{{id, h.entry}}
-				}
+			if h := s.historyLocked(id); h != nil {
+				out = omap{{id, h.entry}}
 			}
 			b := pyJSON(out)
 			s.mu.Unlock()
@@ -127,19 +126,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 	case p == "/system_stats":
 		if methodOK(get) {
-			s.mu.Lock()
-			free := s.vramFree
-			s.mu.Unlock()
-			writeJSON(w, 200, systemStats(free))
+			s.handleSystemStats(w)
 		}
 	case p == "/object_info":
 		if methodOK(get) {
-			out := omap{}
-			nodes := s.registry()
-			for _, name := range sortedKeys(nodes) {
-				out = append(out, kv{name, nodes[name].objectInfo(name)})
-			}
-			writeJSON(w, 200, out)
+			s.handleObjectInfo(w)
 		}
 	case strings.HasPrefix(p, "/object_info/"):
 		if methodOK(get) {
@@ -189,6 +180,44 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	default:
 		plainStatus(w, http.StatusNotFound)
 	}
+}
+
+// handleGetPrompt serves GET /prompt: the queue's status.
+func (s *Server) handleGetPrompt(w http.ResponseWriter) {
+	s.mu.Lock()
+	st := s.statusLocked()
+	s.mu.Unlock()
+	writeJSON(w, 200, st)
+}
+
+// handleSystemStats serves GET /system_stats.
+func (s *Server) handleSystemStats(w http.ResponseWriter) {
+	s.mu.Lock()
+	free := s.vramFree
+	s.mu.Unlock()
+	writeJSON(w, 200, systemStats(free))
+}
+
+// handleObjectInfo serves GET /object_info: every node class.
+func (s *Server) handleObjectInfo(w http.ResponseWriter) {
+	out := omap{}
+	nodes := s.registry()
+	for _, name := range sortedKeys(nodes) {
+		out = append(out, kv{name, nodes[name].objectInfo(name)})
+	}
+	writeJSON(w, 200, out)
+}
+
+// historyLocked returns the history entry of prompt id, or nil. Caller
+// holds s.mu.
+func (s *Server) historyLocked(id string) *histEntry {
+	var found *histEntry
+	for _, h := range s.history {
+		if h.id == id {
+			found = h
+		}
+	}
+	return found
 }
 
 func writeRaw(w http.ResponseWriter, b []byte) {
@@ -322,7 +351,7 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 	}
 	cidStr, _ := cid.(string)
 	t := &task{number: number, numJSON: numJSON, id: promptID, prompt: prompt, nodes: nodes, extra: extra, outputs: good,
-		clientID: cidStr, hasClient: hasCID && cid != nil}
+		clientID: cidStr, hasClient: hasCID && cid != nil || s.cloud != nil} // Cloud addresses every message to the account
 	s.mu.Lock()
 	rec.Status = 200
 	t.rec = len(s.prompts)
@@ -384,30 +413,47 @@ func (s *Server) handlePostQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	s.manageQueueLocked(body)
+	s.mu.Unlock()
+	emptyStatus(w, 200)
+}
+
+// manageQueueLocked applies a POST /queue body ({"clear"}, {"delete"}) and
+// returns the ids it deleted and whether it cleared the queue. Caller
+// holds s.mu.
+func (s *Server) manageQueueLocked(body omap) (deleted []string, cleared bool) {
 	if cv, ok := body.get("clear"); ok && pyBool(cv) {
 		s.queue = nil
+		cleared = true
 		s.broadcastStatusLocked()
 	}
 	if dv, ok := body.get("delete"); ok {
 		arr, _ := dv.([]any)
 		for _, x := range arr {
-			id := pyStr(x)
-			for i, t := range s.queue {
-				if t.id == id {
-					only := len(s.queue) == 1
-					s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
-					if only {
-						// PromptQueue.wipe_queue also broadcasts.
-						s.broadcastStatusLocked()
-					}
-					s.broadcastStatusLocked()
-					break
-				}
+			if s.dequeueLocked(pyStr(x)) {
+				deleted = append(deleted, pyStr(x))
 			}
 		}
 	}
-	s.mu.Unlock()
-	emptyStatus(w, 200)
+	return deleted, cleared
+}
+
+// dequeueLocked removes pending prompt id from the queue and reports
+// whether it was there. Caller holds s.mu.
+func (s *Server) dequeueLocked(id string) bool {
+	for i, t := range s.queue {
+		if t.id == id {
+			only := len(s.queue) == 1
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+			if only {
+				// PromptQueue.wipe_queue also broadcasts.
+				s.broadcastStatusLocked()
+			}
+			s.broadcastStatusLocked()
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) handleGetHistory(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,12 @@ type Server struct {
 	// URL is the base URL, e.g. "http://127.0.0.1:41234" (loopback) or
 	// "http://comfytest.invalid" (in-memory); no trailing slash.
 	URL string
+	// StorageURL is the base URL of the storage host of the cloud dialect
+	// (Options.Cloud), where GET /api/view redirects: another loopback
+	// port, so another host for a client, or
+	// "http://storage.comfytest.invalid" in memory. "" for a ComfyUI
+	// server.
+	StorageURL string
 
 	opts     Options
 	log      *slog.Logger
@@ -34,6 +40,7 @@ type Server struct {
 	client   *http.Client
 	mem      *memListener
 	cert     *x509.Certificate // set by StartTLS
+	cloud    *cloudState       // the cloud dialect (cloud.go); nil for ComfyUI
 
 	ctx    context.Context // server lifetime
 	cancel context.CancelFunc
@@ -186,6 +193,9 @@ func newServer(opts *Options, inMemory bool) *Server {
 		s.URL = "http://" + dialAddr(l.Addr())
 		s.client = &http.Client{Transport: &http.Transport{Proxy: nil}}
 	}
+	if o.Cloud.APIKey != "" {
+		s.newCloud()
+	}
 	s.resetBoot()
 	return s
 }
@@ -234,6 +244,13 @@ func (s *Server) Start() {
 			defer s.wg.Done()
 			_ = s.srv.Serve(s.listener)
 		}()
+		if c := s.cloud; c != nil && c.ln != nil {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				_ = c.storage.Serve(c.ln)
+			}()
+		}
 		s.startWorker()
 	})
 }
@@ -272,6 +289,13 @@ func (s *Server) Close() {
 		_ = s.srv.Close()
 	} else {
 		_ = s.listener.Close()
+	}
+	if c := s.cloud; c != nil && c.ln != nil {
+		if started {
+			_ = c.storage.Close()
+		} else {
+			_ = c.ln.Close()
+		}
 	}
 	s.dropSockets(nil)
 	s.wg.Wait()
@@ -586,6 +610,10 @@ func (s *Server) Interrupts() []string {
 // serveHTTP is the outer handler: it tracks the goroutine, records the
 // request and applies latency and injected failures.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.isStorageRequest(r) { // in memory, the storage host shares the transport
+		s.serveStorage(w, r)
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -163,7 +163,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.allConns[c] = struct{}{}
 	c.dropLeft, c.deafLeft = s.dropAfter, s.deafAfter
 	c.enqueue(frame{data: pyJSON(omap{{"type", "status"}, {"data", omap{{"status", s.statusLocked()}, {"sid", sid}}}})})
-	if t := s.running; t != nil && t.hasClient && t.clientID == sid && s.lastNode != "" {
+	if t := s.running; t != nil && t.hasClient && (t.clientID == sid || s.cloud != nil) && s.lastNode != "" {
 		c.enqueue(frame{data: pyJSON(omap{{"type", "executing"}, {"data", omap{{"node", s.lastNode}}}})})
 	}
 	s.mu.Unlock()
@@ -233,9 +233,16 @@ func (s *Server) broadcastStatusLocked() {
 }
 
 // sendLocked routes a JSON message: to the client when has is true (dropped
-// if it is not connected), otherwise to every registered socket.
+// if it is not connected), otherwise to every registered socket. The
+// cloud dialect ignores client ids: every socket gets every message.
 func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
 	b := pyJSON(omap{{"type", typ}, {"data", data}})
+	if s.cloud != nil {
+		for c := range s.allConns {
+			c.enqueue(frame{data: b})
+		}
+		return
+	}
 	if has {
 		if c := s.sockets[client]; c != nil {
 			c.enqueue(frame{data: b})
@@ -251,6 +258,9 @@ func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
 // negotiated supports_preview_metadata, else type 1. metaFirst reports
 // whether a type-4 frame was sent (it precedes the progress message).
 func (s *Server) previewTargets(client string, has bool) []*wsConn {
+	if s.cloud != nil {
+		return s.connList()
+	}
 	if has {
 		if c := s.sockets[client]; c != nil {
 			return []*wsConn{c}
