@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,10 +46,27 @@ type ClientOptions struct {
 	// QueryTokenParam names the query parameter. Defaults to "token".
 	QueryTokenParam string
 
-	// APIPrefix sends every request under /api (/api/prompt, /api/ws, ...),
-	// as Comfy Cloud requires. Defaults to false: the bare paths, which
-	// every ComfyUI version serves.
+	// APIPrefix sends every request under /api (/api/prompt, /api/ws,
+	// ...), for a proxy that forwards only /api. Defaults to false: the
+	// bare paths, which every ComfyUI version serves. For Comfy Cloud set
+	// APIKey instead, which implies it.
 	APIPrefix bool
+
+	// APIKey is a Comfy Cloud API key (from platform.comfy.org; keys start
+	// with "comfyui-"). Setting it makes the client speak Comfy Cloud's API
+	// (base URL [CloudURL]): the key goes in the X-API-Key header of every
+	// HTTP request and of the WebSocket dial, and in the token query
+	// parameter of the WebSocket URL (/ws?clientId=...&token=..., the path
+	// Cloud documents, without /api); the HTTP routes are under /api (as
+	// with APIPrefix); prompt results are read from GET /api/jobs/{id},
+	// Cloud having no GET /history (see [Client.History]); and the
+	// elements of a GET /api/queue item are read in Cloud's order. Like
+	// every credential it is never logged, never in an error, and never
+	// sent to another host: Cloud answers /api/view with a redirect to a
+	// signed storage URL, which [Client.View] follows without it. Defaults
+	// to "" (a self-hosted ComfyUI). It excludes QueryToken and an
+	// X-API-Key entry in Header.
+	APIKey string
 
 	// Logger receives the client's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -169,6 +188,12 @@ const (
 	DefaultQueryTokenParam           = "token"
 )
 
+// CloudURL is the base URL of Comfy Cloud, to use with ClientOptions.APIKey.
+const CloudURL = "https://cloud.comfy.org"
+
+// cloudKeyHeader is the header that carries ClientOptions.APIKey.
+const cloudKeyHeader = "X-API-Key"
+
 // withDefaults returns a copy of o with every zero field set to its default.
 // The Header map is cloned so later changes by the caller have no effect.
 func (o *ClientOptions) withDefaults() ClientOptions {
@@ -192,6 +217,9 @@ func (o *ClientOptions) withDefaults() ClientOptions {
 	c.MaxPendingMessages = cmp.Or(c.MaxPendingMessages, DefaultMaxPendingMessages)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.APIKey != "" {
+		c.APIPrefix = true // Cloud serves its HTTP routes under /api only
 	}
 	return c
 }
@@ -229,6 +257,12 @@ func (o *ClientOptions) validate() error {
 		return errors.New("comfy: ClientOptions.Username and BearerToken are mutually exclusive (both use the Authorization header)")
 	case strings.ContainsAny(o.QueryTokenParam, "&=#?"):
 		return errors.New("comfy: ClientOptions.QueryTokenParam must be a plain parameter name")
+	case o.APIKey != "" && o.QueryToken != "":
+		return errors.New("comfy: ClientOptions.APIKey and QueryToken are mutually exclusive (APIKey sets the token query parameter of the WebSocket)")
+	case o.APIKey != "" && slices.ContainsFunc(slices.Collect(maps.Keys(o.Header)), func(k string) bool { return strings.EqualFold(k, cloudKeyHeader) }):
+		return errors.New("comfy: ClientOptions.APIKey and an X-API-Key entry in Header are mutually exclusive (APIKey sets that header)")
+	case strings.ContainsAny(o.APIKey, "\r\n\x00"):
+		return errors.New("comfy: ClientOptions.APIKey must not contain control characters")
 	}
 	return nil
 }

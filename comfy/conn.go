@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +42,11 @@ func (s *session) manage() {
 			failures++
 			s.mu.Lock()
 			s.lastErr = err
+			if refusedStatus(err) {
+				// Wake Connect: it returns at once on a refusal.
+				close(s.refused)
+				s.refused = make(chan struct{})
+			}
 			if failures >= offlineAfter {
 				s.setStateLocked(StateOffline)
 			}
@@ -120,11 +127,14 @@ func (s *session) dial(ctx context.Context) (*websocket.Conn, string, error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	u := c.wsURL(clientID)
-	conn, _, err := websocket.Dial(dctx, u, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{
 		HTTPClient: c.http,
 		HTTPHeader: c.wsHeader(),
 	})
 	if err != nil {
+		if he := c.dialStatus(resp); he != nil {
+			return nil, "", fmt.Errorf("comfy: websocket dial: %w", he)
+		}
 		return nil, "", c.redact(err, u)
 	}
 	conn.SetReadLimit(c.opts.ReadLimit)
@@ -136,6 +146,39 @@ func (s *session) dial(ctx context.Context) (*websocket.Conn, string, error) {
 		}
 	}
 	return conn, clientID, nil
+}
+
+// dialStatus returns the *HTTPError of a WebSocket dial the server
+// answered with a status other than 101 (a proxy's 401 or 403, a 404 on a
+// wrong base path), or nil when resp is nil or the upgrade happened. Its
+// body is the start of the answer the WebSocket library kept (at most
+// 1 KiB), scrubbed of credentials; when the library cut it, the bytes where
+// a credential could straddle the cut are left out.
+func (c *Client) dialStatus(resp *http.Response) *HTTPError {
+	if resp == nil || resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 200 {
+		return nil
+	}
+	var body string
+	if resp.Body != nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, dialBodyKept+1))
+		resp.Body.Close()
+		n := len(b)
+		if n >= dialBodyKept { // cut by the library: a credential may straddle the end
+			n = max(0, n-c.secrets.margin)
+		}
+		body = c.secrets.scrubCut(string(b), n)
+	}
+	return &HTTPError{Method: http.MethodGet, Path: c.wsPath(), StatusCode: resp.StatusCode, Body: body}
+}
+
+// dialBodyKept is how much of a refused dial's answer coder/websocket keeps.
+const dialBodyKept = 1024
+
+// refusedStatus reports whether err is a WebSocket dial the server refused
+// for the client's credentials (401 or 403): retrying will not change that.
+func refusedStatus(err error) bool {
+	var he *HTTPError
+	return errors.As(err, &he) && (he.StatusCode == http.StatusUnauthorized || he.StatusCode == http.StatusForbidden)
 }
 
 // serve runs one connection: it starts its reader and pinger, publishes

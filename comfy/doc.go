@@ -105,13 +105,17 @@
 // # Authentication
 //
 // ComfyUI itself has no authentication, but proxies in front of it do.
-// ClientOptions carries extra headers (X-API-Key for Comfy Cloud), basic
-// auth (also taken from user:password@ in the URL), a bearer token and a
-// query token (token=... for ComfyUI-Login and RunPod-style proxies); the
-// APIPrefix option sends every request under /api. All of them are sent on
-// every HTTP request and on the WebSocket dial, but only to the server's
-// own host: on a redirect to another host (Comfy Cloud redirects /api/view
-// to a storage host) none of them is forwarded. No Origin header is sent.
+// ClientOptions carries extra headers, basic auth (also taken from
+// user:password@ in the URL), a bearer token, a query token (token=... for
+// ComfyUI-Login and RunPod-style proxies) and Comfy Cloud's API key
+// (APIKey, see below); the APIPrefix option sends every request under
+// /api. All of them are sent on every HTTP request and on the WebSocket
+// dial, but only to the server's own host: on a redirect to another host
+// (Comfy Cloud redirects /api/view to a storage host) none of them is
+// forwarded. No Origin header is sent. A WebSocket dial the server
+// answers with a status is an [*HTTPError]; one refused with 401 or 403
+// makes [Client.Connect] (and so Submit and Run) fail at once instead of
+// waiting for its context, since retrying cannot fix a credential.
 // Credentials never appear in errors or logs: URLs in errors are the base
 // URL plus the path, without query, and net/http's *url.Error is replaced by
 // an error with that redacted URL. Whatever a server echoes back (a request
@@ -119,4 +123,45 @@
 // whatever encoding (JSON or URL escapes, HTML entities, base64 of basic
 // auth), each credential and each prefix of 8 or more characters of it is
 // replaced by "REDACTED" in every error, typed error field and log line.
+//
+// # Comfy Cloud
+//
+// One option configures a Client for Comfy Cloud (its v1 API, the one
+// compatible with ComfyUI's): ClientOptions.APIKey, with [CloudURL] as the
+// base URL.
+//
+//	c, err := comfy.NewClient(comfy.CloudURL, &comfy.ClientOptions{APIKey: os.Getenv("COMFY_CLOUD_API_KEY")})
+//
+// The key is sent as the X-API-Key header of every HTTP request and of the
+// WebSocket dial, and as the token query parameter of the WebSocket URL,
+// as Cloud documents; HTTP routes are under /api, the WebSocket at /ws.
+// What differs from a ComfyUI, as Cloud's documentation and OpenAPI
+// describe it, and what the Client does about it:
+//
+//   - Cloud has no GET /history: [Client.History] (and so Wait, the health
+//     check and Follow) reads the prompt's job, GET /api/jobs/{id}, whose
+//     outputs and execution_status are the history entry's.
+//     [Client.HistoryList] and [Client.Free] are not served by Cloud (they
+//     fail with its HTTP status), nor is [Client.ObjectInfo] of one class
+//     (ask for all of them).
+//   - Storage is content-addressed: an upload's subfolder and overwrite
+//     are ignored and the returned name is derived from the bytes; always
+//     reference the FileRef the upload returns. Inputs go through
+//     /api/upload/image, ComfyUI's route, which Cloud keeps: its newer
+//     Assets API (/api/assets) is not used, Cloud's documentation still
+//     calling the use of an asset in a workflow unconfirmed.
+//   - GET /api/view answers 302 with a short-lived signed storage URL,
+//     which [Client.View] follows without any credential.
+//   - Every WebSocket of an account gets every message of the account's
+//     jobs, whatever its clientId; the Client keeps those of its own
+//     prompts. A targeted interrupt is honoured, and a Client never sends
+//     Cloud a global one (it would cancel the account's oldest running
+//     job). GET /api/queue items list the output node ids fourth and carry
+//     no extra_data.
+//   - Cloud runs several jobs of an account at once, up to its plan
+//     (Standard 1, Creator 3, Pro 5); more wait in its queue.
+//
+// A missing or wrong key is refused with 401: an [*HTTPError] whose
+// [StatusCode] is 401, from HTTP calls and from Connect, Submit and Run.
+// comfytest.NewCloudServer is a fake Cloud to test against.
 package comfy

@@ -15,6 +15,20 @@ func (s *session) history(id string) (*HistoryEntry, error) {
 	return s.c.History(ctx, id)
 }
 
+// lookup is history for the health check: on Comfy Cloud, whose job
+// record says whether a prompt exists, inFlight reports one that is
+// pending or running although the queue did not list it.
+func (s *session) lookup(id string) (h *HistoryEntry, inFlight bool, err error) {
+	if !s.c.cloud() {
+		h, err = s.history(id)
+		return h, false, err
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.HealthCheckTimeout)
+	defer cancel()
+	h, known, err := s.c.job(ctx, id)
+	return h, known && h == nil, err
+}
+
 // queueState fetches /queue, bounded like history.
 func (s *session) queueState() (*QueueState, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.HealthCheckTimeout)
@@ -68,11 +82,14 @@ func (s *session) check(prompts []*Prompt, why string, live bool) {
 			}
 			continue
 		}
-		h, err := s.history(id)
+		h, inFlight, err := s.lookup(id)
 		if err != nil {
 			s.log.LogAttrs(s.ctx, slog.LevelWarn, "comfy: "+why+": history check failed",
 				slog.String("prompt_id", id), slog.String("error", err.Error()))
 			continue
+		}
+		if inFlight {
+			continue // Cloud's job record knows it: still queued or running
 		}
 		if h != nil {
 			// A followed prompt's messages go to another socket: there is

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -152,9 +153,22 @@ type HistoryOptions struct {
 // History returns the history entry of one prompt (GET /history/{id}). It
 // returns (nil, nil) when the server has no entry: the prompt is unknown or
 // not finished yet (history is written when a prompt completes).
+//
+// Comfy Cloud (ClientOptions.APIKey) has no GET /history: there the entry
+// is read from the prompt's job, GET /api/jobs/{id} (outputs,
+// execution_status and execution_meta, which are the history entry's
+// outputs, status and meta), and is nil while the job is pending or in
+// progress, or when Cloud does not know it (404). A finished job without
+// its execution_status gets one from the job's status: completed is a
+// success, failed an error with the job's execution_error, cancelled an
+// interruption.
 func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, error) {
 	if promptID == "" {
 		return nil, errors.New("comfy: History: empty prompt id")
+	}
+	if c.cloud() {
+		e, _, err := c.job(ctx, promptID)
+		return e, err
 	}
 	r := request{method: http.MethodGet, path: "/history/" + url.PathEscape(promptID)}
 	b, err := c.fetch(ctx, r, c.bigLimit())
@@ -344,4 +358,102 @@ func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
 		return nil, false
 	}
 	return m, true
+}
+
+// job reads a prompt's job (GET /api/jobs/{id}: Comfy Cloud, where the
+// job id is the prompt id) as a history entry. It returns (nil, true, nil)
+// while the job is pending or in progress and (nil, false, nil) when the
+// server does not know it (404).
+func (c *Client) job(ctx context.Context, promptID string) (e *HistoryEntry, known bool, err error) {
+	r := request{method: http.MethodGet, path: "/jobs/" + url.PathEscape(promptID)}
+	b, err := c.fetch(ctx, r, c.bigLimit())
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	e, done, err := decodeJob(promptID, b)
+	if err != nil {
+		return nil, false, c.badResponse("GET "+c.prefix()+r.path, err.Error())
+	}
+	if !done {
+		return nil, true, nil
+	}
+	c.scrubEntry(e)
+	return e, true, nil
+}
+
+// Job statuses of GET /api/jobs/{id} that end a job; the others (pending,
+// in_progress, and whatever a server adds) mean it is still in flight.
+const (
+	jobCompleted = "completed"
+	jobFailed    = "failed"
+	jobCancelled = "cancelled"
+)
+
+// decodeJob decodes a job record into a history entry; done is false while
+// the job has not ended. Only a record that is not an object is an error;
+// its fields are decoded leniently, as a history entry's are.
+func decodeJob(id string, b []byte) (e *HistoryEntry, done bool, err error) {
+	var w struct {
+		Status          lstr            `json:"status"`
+		Outputs         json.RawMessage `json:"outputs"`
+		ExecutionStatus json.RawMessage `json:"execution_status"`
+		ExecutionMeta   json.RawMessage `json:"execution_meta"`
+		ExecutionError  json.RawMessage `json:"execution_error"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, false, err
+	}
+	status := string(w.Status)
+	switch status {
+	case jobCompleted, jobFailed, jobCancelled:
+	default:
+		return nil, false, nil
+	}
+	// The job's parts are the history entry's; decode them as one.
+	parts := map[string]json.RawMessage{}
+	for k, v := range map[string]json.RawMessage{"outputs": w.Outputs, "status": w.ExecutionStatus, "meta": w.ExecutionMeta} {
+		if !isNull(v) {
+			parts[k] = v
+		}
+	}
+	raw, _ := json.Marshal(parts) // RawMessages that unmarshalled: always valid
+	e, err = decodeHistoryEntry(id, raw)
+	if err != nil {
+		return nil, false, err
+	}
+	recorded := e.Status != nil
+	if !recorded {
+		e.Status = &HistoryStatus{}
+	}
+	switch status {
+	case jobCompleted:
+		if !recorded {
+			e.Status.StatusStr, e.Status.Completed = "success", true
+		}
+	case jobFailed:
+		if !slices.ContainsFunc(e.Status.Messages, isMessage[*ExecutionError]) {
+			e.Status.StatusStr, e.Status.Completed = "error", false
+			if m, err := decodeTyped(TypeExecutionError, w.ExecutionError); err == nil && !isNull(w.ExecutionError) {
+				if ee := m.(*ExecutionError); ee.PromptID == "" {
+					ee.PromptID = id
+				}
+				e.Status.Messages = append(e.Status.Messages, m)
+			}
+		}
+	case jobCancelled:
+		if !slices.ContainsFunc(e.Status.Messages, isMessage[*ExecutionInterrupted]) {
+			e.Status.StatusStr, e.Status.Completed = "error", false
+			e.Status.Messages = append(e.Status.Messages, &ExecutionInterrupted{PromptID: id})
+		}
+	}
+	return e, true, nil
+}
+
+// isMessage reports whether m is a T.
+func isMessage[T Message](m Message) bool {
+	_, ok := m.(T)
+	return ok
 }

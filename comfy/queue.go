@@ -55,24 +55,30 @@ func (c *Client) Queue(ctx context.Context) (*QueueState, error) {
 	if err := c.call(ctx, r, c.bigLimit(), &w); err != nil {
 		return nil, err
 	}
-	q, err := decodeQueueState(w.Running, w.Pending)
+	q, err := decodeQueueState(w.Running, w.Pending, c.cloud())
 	if err != nil {
 		return nil, c.badResponse("GET "+c.prefix()+"/queue", err.Error())
 	}
 	return q, nil
 }
 
-func decodeQueueState(running, pending []json.RawMessage) (*QueueState, error) {
+// decodeQueueState decodes the two lists of GET /queue; cloud reads the
+// items in Comfy Cloud's order (see decodeQueueItem).
+func decodeQueueState(running, pending []json.RawMessage, cloud bool) (*QueueState, error) {
+	decode := decodeQueueItem
+	if cloud {
+		decode = decodeCloudQueueItem
+	}
 	q := &QueueState{}
 	for i, raw := range running {
-		it, err := decodeQueueItem(raw)
+		it, err := decode(raw)
 		if err != nil {
 			return nil, fmt.Errorf("queue_running[%d]: %w", i, err)
 		}
 		q.Running = append(q.Running, it)
 	}
 	for i, raw := range pending {
-		it, err := decodeQueueItem(raw)
+		it, err := decode(raw)
 		if err != nil {
 			return nil, fmt.Errorf("queue_pending[%d]: %w", i, err)
 		}
@@ -120,6 +126,25 @@ func decodeQueueItem(raw []byte) (QueueItem, error) {
 	if len(t) > 4 {
 		var outs lstrs
 		_ = outs.UnmarshalJSON(t[4])
+		it.OutputsToExecute = outs
+	}
+	return it, nil
+}
+
+// decodeCloudQueueItem decodes an item of Comfy Cloud's GET /api/queue,
+// [number, prompt_id, workflow, output_node_ids, metadata]: its fourth
+// element is the output node ids, and there is no extra_data.
+func decodeCloudQueueItem(raw []byte) (QueueItem, error) {
+	it, err := decodeQueueItem(raw)
+	if err != nil {
+		return it, err
+	}
+	var t []json.RawMessage
+	_ = json.Unmarshal(raw, &t) // a list: decodeQueueItem checked
+	it.ExtraData, it.OutputsToExecute = nil, nil
+	if len(t) > 3 {
+		var outs lstrs
+		_ = outs.UnmarshalJSON(t[3])
 		it.OutputsToExecute = outs
 	}
 	return it, nil

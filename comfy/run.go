@@ -648,10 +648,15 @@ func (p *Prompt) Interrupt(ctx context.Context) error {
 
 // interruptRunning interrupts the running prompt id, falling back to a
 // global interrupt when the targeted one had no effect and id still runs.
+// Not on Comfy Cloud, which honours the prompt id and whose global
+// interrupt cancels the account's oldest running job, maybe another one.
 func (p *Prompt) interruptRunning(ctx context.Context, id string) error {
 	c := p.s.c
 	if err := c.Interrupt(ctx, id); err != nil {
 		return fmt.Errorf("comfy: interrupt prompt %s: %w", id, err)
+	}
+	if c.cloud() {
+		return nil
 	}
 	t := time.NewTimer(max(interruptCheckMin, 4*c.opts.HistoryPollInterval))
 	defer t.Stop()

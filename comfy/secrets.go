@@ -107,10 +107,10 @@ func newScrubber(values ...string) *scrubber {
 }
 
 // secretValues lists the credentials of options o: the password and the
-// basic-auth "user:pass", the bearer and query tokens, the extra header
-// values.
+// basic-auth "user:pass", the bearer and query tokens, the Cloud API key,
+// the extra header values.
 func secretValues(o *ClientOptions) []string {
-	out := []string{o.Password, o.BearerToken, o.QueryToken}
+	out := []string{o.Password, o.BearerToken, o.QueryToken, o.APIKey}
 	if o.Username != "" {
 		out = append(out, o.Username+":"+o.Password)
 	}

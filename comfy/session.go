@@ -2,6 +2,7 @@ package comfy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -38,6 +39,7 @@ type session struct {
 	mu       sync.Mutex
 	state    State
 	changed  chan struct{} // closed and replaced at every state change
+	refused  chan struct{} // closed and replaced when the server refuses a dial (401, 403)
 	started  bool
 	closed   bool
 	conn     *websocket.Conn
@@ -70,6 +72,7 @@ func (s *session) init(c *Client) {
 	s.log = l.With(slog.String("component", "comfy.session"))
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.changed = make(chan struct{})
+	s.refused = make(chan struct{})
 	s.stopped = make(chan struct{})
 	s.followReq = make(chan struct{}, 1)
 	s.queueReq = make(chan struct{}, 1)
@@ -120,6 +123,7 @@ func (s *session) setStateLocked(st State) {
 	s.state = st
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.refused = make(chan struct{})
 }
 
 // startLocked starts the connection manager and the background loops once.
@@ -140,8 +144,13 @@ func (s *session) startLocked() {
 // Close; it keeps trying in the background when Connect gives up.
 //
 // When ctx ends first, Connect returns an error wrapping both
-// [ErrNotConnected] and ctx.Err(). After Close it returns [ErrClosed].
-// Connect is safe to call concurrently and repeatedly.
+// [ErrNotConnected] and ctx.Err(), and the last dial error's
+// [*HTTPError] if the server answered the dial with a status. When the
+// server refuses the dial with 401 or 403 (wrong or missing credentials,
+// such as a bad Comfy Cloud API key), Connect does not wait for ctx: it
+// returns at once an error wrapping [ErrNotConnected] and that
+// *HTTPError ([StatusCode] reports the status). After Close it returns
+// [ErrClosed]. Connect is safe to call concurrently and repeatedly.
 func (c *Client) Connect(ctx context.Context) error {
 	s := &c.sess
 	s.mu.Lock()
@@ -159,15 +168,24 @@ func (c *Client) Connect(ctx context.Context) error {
 			s.mu.Unlock()
 			return ErrClosed
 		}
-		ch := s.changed
+		if last := s.lastErr; refusedStatus(last) {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: the server refused the connection (last dial error: %w)", ErrNotConnected, last)
+		}
+		ch, refused := s.changed, s.refused
 		s.mu.Unlock()
 		select {
 		case <-ch:
+		case <-refused:
 		case <-ctx.Done():
 			s.mu.Lock()
 			last := s.lastErr
 			s.mu.Unlock()
-			if last != nil {
+			var he *HTTPError
+			switch {
+			case errors.As(last, &he):
+				return fmt.Errorf("%w: %w (last dial error: %w)", ErrNotConnected, ctx.Err(), last)
+			case last != nil:
 				return fmt.Errorf("%w: %w (last dial error: %v)", ErrNotConnected, ctx.Err(), last)
 			}
 			return fmt.Errorf("%w: %w", ErrNotConnected, ctx.Err())

@@ -12,7 +12,7 @@ import (
 )
 
 // The credentials of a Client (ClientOptions.Header, Username/Password,
-// BearerToken, QueryToken) are added by authTransport, a RoundTripper
+// BearerToken, QueryToken, APIKey) are added by authTransport, a RoundTripper
 // wrapped around the HTTP client's transport. It adds them to a clone of
 // each outgoing request, and only when that request goes to the base URL's
 // scheme and host. net/http copies the headers of the *original* request
@@ -104,10 +104,14 @@ func (c *Client) sameOrigin(u *url.URL) bool {
 	}
 }
 
-// addCredentials sets the extra headers and the Authorization header.
+// addCredentials sets the extra headers, the Cloud API key and the
+// Authorization header.
 func (c *Client) addCredentials(h http.Header) {
 	for k, vs := range c.opts.Header {
 		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if c.opts.APIKey != "" {
+		h.Set(cloudKeyHeader, c.opts.APIKey)
 	}
 	switch {
 	case c.opts.BearerToken != "":
@@ -126,14 +130,31 @@ func (c *Client) stripCredentials(req *http.Request) {
 	for k := range c.opts.Header {
 		req.Header.Del(k)
 	}
-	if c.opts.QueryToken != "" {
+	req.Header.Del(cloudKeyHeader)
+	if p := c.tokenParam(); p != "" {
 		q := req.URL.Query()
-		if q.Has(c.opts.QueryTokenParam) {
-			q.Del(c.opts.QueryTokenParam)
+		if q.Has(p) {
+			q.Del(p)
 			req.URL.RawQuery = q.Encode()
 		}
 	}
 }
+
+// tokenParam names the query parameter that carries a credential: the
+// query token's on every request, or the Cloud API key's on the WebSocket
+// URL. "" when there is none.
+func (c *Client) tokenParam() string {
+	switch {
+	case c.opts.QueryToken != "":
+		return c.opts.QueryTokenParam
+	case c.opts.APIKey != "":
+		return DefaultQueryTokenParam
+	}
+	return ""
+}
+
+// cloud reports whether the client speaks to Comfy Cloud (ClientOptions.APIKey).
+func (c *Client) cloud() bool { return c.opts.APIKey != "" }
 
 // wsHeader returns the headers for the WebSocket dial: the extra headers and
 // basic or bearer auth. It never sets Origin.
@@ -143,8 +164,9 @@ func (c *Client) wsHeader() http.Header {
 	return h
 }
 
-// wsURL returns the ws:// or wss:// URL of the server's /ws (or /api/ws)
-// endpoint with clientId and the query token.
+// wsURL returns the ws:// or wss:// URL of the server's WebSocket endpoint
+// with clientId and the query token: /ws, or /api/ws with APIPrefix; for
+// Comfy Cloud /ws (the path Cloud documents) with the API key as token.
 func (c *Client) wsURL(clientID string) string {
 	u := *c.baseURL
 	if u.Scheme == "https" {
@@ -152,16 +174,27 @@ func (c *Client) wsURL(clientID string) string {
 	} else {
 		u.Scheme = "ws"
 	}
-	u.Path = c.basePath() + c.prefix() + "/ws"
+	u.Path = c.basePath() + c.wsPath()
 	q := url.Values{}
 	if clientID != "" {
 		q.Set("clientId", clientID)
 	}
-	if c.opts.QueryToken != "" {
+	switch {
+	case c.opts.QueryToken != "":
 		q.Set(c.opts.QueryTokenParam, c.opts.QueryToken)
+	case c.opts.APIKey != "":
+		q.Set(DefaultQueryTokenParam, c.opts.APIKey)
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// wsPath is the WebSocket endpoint's path below the base URL.
+func (c *Client) wsPath() string {
+	if c.cloud() {
+		return "/ws"
+	}
+	return c.prefix() + "/ws"
 }
 
 // prefix returns "/api" when APIPrefix is set.
