@@ -20,7 +20,7 @@ type backend struct {
 	client    *comfy.Client // nil for a remote backend
 	remote    *remoteConn   // non-nil for a remote backend (remote.go)
 	workflows []string      // nil: any
-	tags      []string      // cfg.Tags plus BackendTag(cfg.Name)
+	tags      []string      // cfg.Tags plus BackendTag(cfg.Name) and ProviderTag(cfg.Provider)
 	index     int           // position in configuration order (added ones last)
 
 	// ctx ends (cause ErrBackendRemoved or the hard stop) when the backend's
@@ -114,7 +114,7 @@ func (p *WorkflowPool) newBackend(bc BackendConfig, index int) (*backend, error)
 		}
 	}
 	b := &backend{cfg: bc, client: cl, remote: rc, index: index, stop: make(chan struct{}), idle: make(chan struct{}),
-		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name)), caps: newBackendCaps(p.cfg.Capabilities.Disable)}
+		tags: append(slices.Clone(bc.Tags), BackendTag(bc.Name), ProviderTag(bc.Provider)), caps: newBackendCaps(p.cfg.Capabilities.Disable)}
 	b.ctx, b.cancel = context.WithCancelCause(p.hardCtx)
 	if bc.Workflows != nil {
 		for _, s := range bc.Workflows {

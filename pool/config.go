@@ -241,6 +241,18 @@ type BackendConfig struct {
 	// WebSocket reconnected, so that its client reconciles the prompts in
 	// flight first. Defaults to DefaultReconnectGrace (2s); -1 disables it.
 	ReconnectGrace time.Duration
+	// Provider is how the backend is reached: ProviderSelfHosted (a
+	// ComfyUI at URL) or ProviderCloud (Comfy Cloud, its client
+	// configured by Client.APIKey, which it requires; URL defaults to
+	// comfy.CloudURL). Defaults to ProviderCloud when Client.APIKey is
+	// set, else ProviderSelfHosted. The backend also has
+	// ProviderTag(Provider), implicitly, so that a job can require a
+	// provider; the prefix "provider:" is reserved for it. MaxInFlight
+	// of a cloud backend is how many jobs of the account Cloud runs at
+	// once (its plan's concurrency) or more, the rest waiting in Cloud's
+	// queue. A remote backend (AddRemote) declares its worker's provider
+	// here: the worker holds the key, so it needs no Client.
+	Provider Provider
 
 	remote bool // set by AddRemote: no URL, no client (remote.go)
 }
@@ -258,6 +270,7 @@ func (c *Config) withDefaults() Config {
 			o := *b.Client
 			b.Client = &o
 		}
+		b.providerDefaults() // provider.go
 	}
 	d.LeaseDuration = cmp.Or(d.LeaseDuration, DefaultLeaseDuration)
 	d.SubmitTimeout = cmp.Or(d.SubmitTimeout, DefaultSubmitTimeout)
@@ -313,6 +326,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("pool: Backends[%d].Tags cannot use the reserved prefix %q (see BackendTag)", i, backendTagPrefix)
 		case b.ReconnectGrace < -1:
 			return fmt.Errorf("pool: Backends[%d].ReconnectGrace must be positive, 0 (default) or -1 (none)", i)
+		}
+		if err := b.validateProvider(i); err != nil { // provider.go
+			return err
 		}
 		seen[b.Name] = true
 	}

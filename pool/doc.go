@@ -141,6 +141,11 @@
 // unblocks published as client:blocked_workflow and
 // client:unblocked_workflow events.
 //
+// A backend is a ComfyUI the Pool reaches ([ProviderSelfHosted]) or Comfy
+// Cloud ([ProviderCloud]: BackendConfig.Provider, implied by a
+// Client.APIKey, which is all a cloud backend needs). Every backend has
+// [ProviderTag] of its provider, so EnqueueOpts.Tags can require one.
+//
 // # Remote backends (pull workers)
 //
 // A GPU host the Pool cannot dial (behind NAT, a rented GPU) pulls its

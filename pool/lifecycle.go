@@ -29,7 +29,8 @@ var errStopped = errors.New("pool: stopping")
 // Start first probes the configuration, bounded by ctx (River's SELECT 1):
 // it fails when the queue does not answer (Stats), or when every backend
 // answers GET /system_stats (within 2s) with 401, 403 or 404 (wrong
-// credentials or base path for all of them). A backend that is down, slow
+// credentials or base path for all of them); a Comfy Cloud backend is
+// asked GET /api/prompt instead, its system_stats being public. A backend that is down, slow
 // or failing (5xx) does not fail Start. Malformed URLs are rejected by New.
 func (p *WorkflowPool) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -304,7 +305,7 @@ func (p *WorkflowPool) probe(ctx context.Context, backends []*backend) error {
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
-			_, errs[i] = b.client.SystemStats(pctx)
+			errs[i] = probeBackend(pctx, b) // provider.go
 		})
 	}
 	wg.Wait()
