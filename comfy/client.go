@@ -26,9 +26,9 @@ type ClientOptions struct {
 	HTTPClient *http.Client
 
 	// Header holds extra headers sent on every HTTP request and on the
-	// WebSocket dial (for example X-API-Key for Comfy Cloud). Their values
-	// are treated as secrets: never logged, never in errors, dropped on a
-	// redirect to another host.
+	// WebSocket dial (for example a proxy's API key; for Comfy Cloud use
+	// APIKey). Their values are treated as secrets: never logged, never in
+	// errors, dropped on a redirect to another host.
 	Header http.Header
 
 	// Username and Password, when Username is set, are sent as HTTP basic

@@ -24,6 +24,8 @@ func TestWSURLAndHeader(t *testing.T) {
 		{base: "http://127.0.0.1:8188", clientID: "abc", wantURL: "ws://127.0.0.1:8188/ws?clientId=abc"},
 		{base: "https://cloud.comfy.org", opts: ClientOptions{APIPrefix: true, QueryToken: "k y", Header: http.Header{"X-API-Key": {"key"}}},
 			clientID: "c1", wantURL: "wss://cloud.comfy.org/api/ws?clientId=c1&token=k+y", wantHdr: "key"},
+		{base: "https://cloud.comfy.org", opts: ClientOptions{APIKey: "comfyui-k/y"},
+			clientID: "c1", wantURL: "wss://cloud.comfy.org/ws?clientId=c1&token=comfyui-k%2Fy", wantHdr: "comfyui-k/y"},
 		{base: "wss://u:p@gpu.example.com/comfy/", clientID: "", wantURL: "wss://gpu.example.com/comfy/ws",
 			wantAuth: "Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))},
 		{base: "ws://h:1", opts: ClientOptions{BearerToken: "bt", QueryTokenParam: "auth", QueryToken: "q"}, clientID: "x",
