@@ -123,7 +123,6 @@ func (s *session) setStateLocked(st State) {
 	s.state = st
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.refused = make(chan struct{})
 }
 
 // startLocked starts the connection manager and the background loops once.
