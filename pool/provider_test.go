@@ -204,3 +204,32 @@ func TestProviderConfig(t *testing.T) {
 	assert.Equal(t, "provider:cloud", pool.ProviderTag(pool.ProviderCloud))
 	assert.Equal(t, "provider:self_hosted", pool.ProviderTag(pool.ProviderSelfHosted))
 }
+
+// A remote backend (a pull worker) declares its worker's provider: a
+// worker that runs on Comfy Cloud holds the key itself, so the Pool needs
+// none, and it leases the jobs that require the cloud provider while one
+// that declares nothing (self-hosted) does not.
+func TestProviderRemoteBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, st, rbs := remoteBundle(t, 0, nil,
+			pool.BackendConfig{Name: "agent-cloud", Provider: pool.ProviderCloud},
+			pool.BackendConfig{Name: "agent-local"})
+		id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK),
+			&pool.EnqueueOpts{Tags: []string{pool.ProviderTag(pool.ProviderCloud)}})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err = rbs[1].Lease(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the self-hosted worker may not take it")
+		j, err := rbs[0].Lease(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, id, j.ID)
+		require.NoError(t, runRemote(t.Context(), st, j, []byte("\x89PNG")))
+		res, err := b.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+		assert.Equal(t, "agent-cloud", res.Backend)
+
+		_, err = b.pool.AddRemote(t.Context(), pool.BackendConfig{Name: "agent-x", Provider: "runpod"}, nil)
+		assert.ErrorIs(t, err, pool.ErrInvalid)
+	})
+}
