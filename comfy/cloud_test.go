@@ -116,7 +116,9 @@ func TestCloudRunUploadView(t *testing.T) {
 			assert.Equal(t, "image/png", v.ContentType)
 			img, err := png.Decode(bytes.NewReader(body))
 			require.NoError(t, err)
-			assert.Equal(t, 64, img.Bounds().Dx(), "LoadImage's 64x64, inverted and saved")
+			assert.Equal(t, 8, img.Bounds().Dx(), "the uploaded 8x8, loaded, inverted and saved")
+			r, _, _, _ := img.At(0, 0).RGBA()
+			assert.Equal(t, uint32(0xff-0xc0), r>>8, "its pixels inverted")
 
 			// The storage host served it and never saw the key.
 			st := srv.StorageRequests()
