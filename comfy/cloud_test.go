@@ -155,6 +155,9 @@ func solidImage(w, h int) image.Image {
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	for i := range img.Pix {
 		img.Pix[i] = 0xc0
+		if i%4 == 3 {
+			img.Pix[i] = 0xff // opaque
+		}
 	}
 	return img
 }

@@ -69,7 +69,7 @@ func ExampleClient_cloud() {
 	_, err = bad.Run(ctx, wf, nil)
 	fmt.Println(comfy.StatusCode(err) == http.StatusUnauthorized)
 	// Output:
-	// cloud_00001_.png 64 px wide
+	// cloud_00001_.png 8 px wide
 	// storage saw the key: false
 	// true
 }
