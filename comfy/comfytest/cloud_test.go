@@ -102,7 +102,7 @@ func TestCloudDialect(t *testing.T) {
 		assert.Contains(t, ws.next(), `"type": "status"`)
 
 		// Upload: content-addressed, the subfolder ignored but echoed.
-		png := []byte("\x89PNG fake bytes")
+		png := comfytest.SolidPNG(8, 8, 0x336699)
 		upload := func(name, sub string) map[string]string {
 			var b bytes.Buffer
 			mw := multipart.NewWriter(&b)

@@ -100,15 +100,21 @@ func splitAnnotated(name, defType string) fileKey {
 }
 
 func (s *Server) inputFileExists(name string) bool {
-	k := splitAnnotated(name, "input")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cloud != nil {
-		_, ok := s.cloudFileLocked(k.typ, k.name) // content-addressed: by name alone
-		return ok
-	}
-	_, ok := s.files[k]
+	_, ok := s.inputFileLocked(splitAnnotated(name, "input"))
 	return ok
+}
+
+// inputFileLocked returns the stored file k names: on the Cloud dialect by
+// its name alone (content-addressed storage ignores subfolders). Caller
+// holds s.mu.
+func (s *Server) inputFileLocked(k fileKey) ([]byte, bool) {
+	if s.cloud != nil {
+		return s.cloudFileLocked(k.typ, k.name)
+	}
+	data, ok := s.files[k]
+	return data, ok
 }
 
 func badSubfolder(sub string) bool {

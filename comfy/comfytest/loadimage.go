@@ -30,7 +30,7 @@ func loadImageChanged(s *Server, in omap) string {
 	v, _ := in.get("image")
 	name, _ := v.(string)
 	k, _ := loadImageFile(name)
-	data, ok := s.files[k]
+	data, ok := s.inputFileLocked(k)
 	if !ok {
 		return ""
 	}
@@ -49,7 +49,7 @@ func loadImage(s *Server, in map[string]any) ([]any, *Failure) {
 	name, _ := in["image"].(string)
 	k, p := loadImageFile(name)
 	s.mu.Lock()
-	data, ok := s.files[k]
+	data, ok := s.inputFileLocked(k)
 	s.mu.Unlock()
 	if !ok {
 		return nil, &Failure{ExceptionType: "FileNotFoundError",
