@@ -53,6 +53,10 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 		p.unsubFo = src.SubscribeEvents(p.publishFailover)
 	}
 	list := p.list()
+	// pool:ready is the first event of a started Pool: before any
+	// watcher reports a backend's state (the bus's lock is a leaf).
+	p.log.Info("pool started", "backends", len(list))
+	p.events.publish(Event{Kind: EventPoolReady})
 	for _, b := range list {
 		p.wg.Go(func() { p.watch(b) })
 	}
@@ -63,8 +67,6 @@ func (p *WorkflowPool) Start(ctx context.Context) error {
 	if p.cfg.Accounting != nil {
 		p.wg.Go(p.settleLoop) // settle.go: ends nobody settled
 	}
-	p.log.Info("pool started", "backends", len(list))
-	p.events.publish(Event{Kind: EventPoolReady})
 	return nil
 }
 

@@ -3,7 +3,6 @@ package pool_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -75,7 +74,7 @@ func TestProviderRouting(t *testing.T) {
 		for i, r := range runs {
 			wg.Go(func() {
 				opts := &pool.EnqueueOpts{DownloadOutputs: true,
-					Inputs: []pool.InputFile{{Name: "in.png", Data: fmt.Appendf(nil, "\x89PNG input %d", i), Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}}}
+					Inputs: []pool.InputFile{{Name: "in.png", Data: comfytest.SolidPNG(8, 8, uint32(i)), Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}}}
 				if r.tag != "" {
 					opts.Tags = []string{r.tag}
 				}
