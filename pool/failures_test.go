@@ -25,6 +25,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -211,6 +212,8 @@ func TestFailureTakesTooLong(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, pool.StatusFailed, info.Status)
 		assert.Contains(t, b.servers[0].Interrupts(), info.PromptID, "the running prompt was interrupted")
+		require.Len(t, info.Attempts, 1)
+		assert.Equal(t, failover.ClassCancelled, info.Attempts[0].Class, "a timeout blames no backend")
 		total := len(b.servers[0].Prompts()) + len(b.servers[1].Prompts())
 		assert.Equal(t, 1, total, "not retried")
 

@@ -199,8 +199,8 @@ func attemptsOf(in []queue.Attempt) []Attempt {
 		if a.Class != "" && c.UnmarshalText([]byte(a.Class)) != nil {
 			c = failover.ClassBackend // a queue word: lease_expired, superseded
 		}
-		if a.Class == queue.ClassCancelled || a.Class == queue.ClassSuperseded {
-			c = failover.ClassCancelled
+		if a.Class == queue.ClassCancelled || a.Class == queue.ClassSuperseded || a.Class == classTimeout {
+			c = failover.ClassCancelled // asked for (a timeout is the caller's bound): no backend's fault
 		}
 		out[i] = Attempt{Backend: a.Backend, PromptID: a.PromptID, Started: a.StartedAt, Ended: a.EndedAt, Class: c}
 		if !a.Error.IsZero() {
