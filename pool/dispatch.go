@@ -379,10 +379,10 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	}
 	if hand != nil { // remote.go: the worker waiting in Lease runs it
 		cut(nil)
+		att.PromptID = promptID
+		emitStarted(promptID) // before the hand-over: Job names the prompt as soon as Lease returns
 		rp := p.submitRemote(b, js, promptID, attemptNo, onMsg, hand)
 		defer close(rp.settled) // after the settlement below
-		att.PromptID = promptID
-		emitStarted(promptID)
 		res, err := p.watchPrompt(ctx, b, js, qj, rp, execStarted, startC)
 		rp.giveUp() // a report from now on is refused
 		if err == nil {

@@ -356,7 +356,14 @@ const watchBuffer = 64
 func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, local <-chan Event, out chan<- Event) {
 	var seen uint64 // the record version last reported
 	var last EventKind
+	var startedFor string // the prompt whose job:started was sent
 	send := func(ev Event) {
+		if ev.Kind == EventJobStarted {
+			if ev.PromptID != "" && ev.PromptID == startedFor {
+				return // the runner's event and the record's change report one start
+			}
+			startedFor = ev.PromptID
+		}
 		select {
 		case out <- ev:
 			last = ev.Kind
@@ -420,6 +427,9 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 				return
 			}
 			if ev.Kind == last && (ev.Kind == EventJobStarted || ev.Kind == EventJobRetrying) {
+				if ev.Kind == EventJobStarted && ev.PromptID != "" {
+					startedFor = ev.PromptID // the record's next change names it
+				}
 				continue // reported already from the record, which changed first
 			}
 			send(ev)
