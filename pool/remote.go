@@ -106,6 +106,20 @@ func (p *WorkflowPool) AddRemote(ctx context.Context, bc BackendConfig, caps *qu
 // Name returns the backend's name.
 func (r *RemoteBackend) Name() string { return r.b.cfg.Name }
 
+// CapabilitiesOf returns the capability set the Pool derives for a
+// backend whose GET /object_info answered info, as it does for the
+// backends it dials (Config.Capabilities.OpenInputs applied), for
+// RemoteBackend.SetCapabilities and AddRemote: a worker sends its server's
+// /object_info and the part that talks to it calls this. It returns nil
+// (no filter) when routing by capabilities is disabled or info lists no
+// node class (not a description of a ComfyUI server).
+func (p *WorkflowPool) CapabilitiesOf(info map[string]comfy.NodeInfo) *queue.Capabilities {
+	if p.cfg.Capabilities.Disable || len(info) == 0 {
+		return nil
+	}
+	return capabilitiesOf(info, p.cfg.Capabilities.OpenInputs)
+}
+
 // SetOnline says whether the worker is there (it polls or heartbeats). A
 // running job's attempt is given up (and retried elsewhere) once its
 // worker stays offline for Config.OfflineTimeout, as on a dialled backend
@@ -250,6 +264,17 @@ func (j *RemoteJob) OpenInput(ctx context.Context, i int) (io.ReadCloser, error)
 		return nil, fmt.Errorf("%w: no input %d", ErrInvalid, i)
 	}
 	return j.p.openInputFile(ctx, j.Inputs[i])
+}
+
+// StoredInput returns the reference of Inputs[i]'s content in
+// Config.Files, when Enqueue put it there, so that the worker can be
+// handed a signed URL of it without a copy; false when the content is
+// elsewhere (read it with OpenInput).
+func (j *RemoteJob) StoredInput(i int) (files.Ref, bool) {
+	if i < 0 || i >= len(j.Inputs) || j.Inputs[i].stored == nil {
+		return files.Ref{}, false
+	}
+	return *j.Inputs[i].stored, true
 }
 
 // Report hands the Pool a message the worker's server sent for the

@@ -296,3 +296,59 @@ func TestWatchReportsStartOnce(t *testing.T) {
 		assert.Equal(t, []pool.EventKind{pool.EventJobQueued, pool.EventJobStarted, pool.EventJobOutput, pool.EventJobCompleted}, kinds)
 	})
 }
+
+// A worker's capabilities come from its server's /object_info through
+// CapabilitiesOf, as for a dialled backend: a worker whose server lacks
+// a class never leases a job that needs it; one that has it does.
+// StoredInput hands out the reference of an input the Pool stored.
+func TestRemoteCapabilitiesOfAndStoredInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, st, _ := remoteBundle(t, 0, nil)
+		p := b.pool
+		infoOf := func(opts *comfytest.Options) map[string]comfy.NodeInfo {
+			srv := comfytest.NewInMemoryServer(opts)
+			defer srv.Close()
+			c, err := comfy.NewClient(srv.URL, &comfy.ClientOptions{HTTPClient: srv.Client()})
+			require.NoError(t, err)
+			defer c.Close(t.Context())
+			info, err := c.ObjectInfo(t.Context(), "")
+			require.NoError(t, err)
+			return info
+		}
+		lacking := p.CapabilitiesOf(infoOf(&comfytest.Options{Without: []string{"ImageInvert"}}))
+		require.NotNil(t, lacking)
+		assert.False(t, lacking.Has("class:ImageInvert"))
+		assert.Nil(t, p.CapabilitiesOf(nil), "no description: no filter")
+
+		without, err := p.AddRemote(t.Context(), pool.BackendConfig{Name: "without"}, lacking)
+		require.NoError(t, err)
+		without.SetOnline(true)
+		image := []byte("input image")
+		id, err := p.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{
+			Inputs: []pool.InputFile{{Name: "in.png", Data: image, Targets: []pool.InputTarget{{Node: "1", Input: "color"}}}},
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		_, err = without.Lease(ctx)
+		cancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "a worker without ImageInvert never gets the job")
+
+		with, err := p.AddRemote(t.Context(), pool.BackendConfig{Name: "with"}, p.CapabilitiesOf(infoOf(nil)))
+		require.NoError(t, err)
+		with.SetOnline(true)
+		j, err := with.Lease(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, id, j.ID)
+		ref, ok := j.StoredInput(0)
+		require.True(t, ok, "the Pool stored the input at Enqueue")
+		r, err := st.OpenRef(t.Context(), ref)
+		require.NoError(t, err)
+		got, err := io.ReadAll(r)
+		require.NoError(t, r.Close())
+		require.NoError(t, err)
+		assert.Equal(t, image, got)
+		_, ok = j.StoredInput(1)
+		assert.False(t, ok)
+		require.NoError(t, j.Requeue(t.Context(), "test over"))
+	})
+}
