@@ -91,6 +91,9 @@ type bundle struct {
 	clock *clock
 	logs  *syncBuffer
 	cfg   fleet.Config
+	// front drops requests on demand; current is the Handler served.
+	front   *dropFirst
+	current atomic.Pointer[fleet.Handler]
 }
 
 type bundleOpts struct {
@@ -106,7 +109,8 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 	b := &bundle{clock: &clock{}, logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mux := http.NewServeMux()
-	b.srv = httptest.NewServer(mux)
+	b.front = &dropFirst{next: mux}
+	b.srv = httptest.NewServer(b.front)
 	t.Cleanup(b.srv.Close)
 	b.url = b.srv.URL + "/fleet"
 	disk, err := files.NewDiskStore(&files.DiskConfig{
@@ -140,9 +144,43 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 	}
 	b.h, err = fleet.NewHandler(b.pool, &b.cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.h.Close(context.Background()) })
-	mux.Handle("/fleet/", http.StripPrefix("/fleet", b.h))
+	b.current.Store(b.h)
+	t.Cleanup(func() { _ = b.current.Load().Close(context.Background()) })
+	mux.Handle("/fleet/", http.StripPrefix("/fleet", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.current.Load().ServeHTTP(w, r)
+	})))
 	return b
+}
+
+// restart replaces the control plane by a new Handler over the same pool,
+// as a restart of its process would (the workers are forgotten).
+func (b *bundle) restart(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.h.Close(t.Context()))
+	h, err := fleet.NewHandler(b.pool, &b.cfg)
+	require.NoError(t, err)
+	b.h = h
+	b.current.Store(h)
+}
+
+// dropFirst closes the connection of the next n requests without an
+// answer: a control plane that is unreachable for a while.
+type dropFirst struct {
+	n       atomic.Int64
+	dropped atomic.Int64
+	next    http.Handler
+}
+
+func (d *dropFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.n.Add(-1) >= 0 {
+		d.dropped.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
+	d.next.ServeHTTP(w, r)
 }
 
 // answer is a control plane's answer.
