@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,43 @@ type bundle struct {
 	// front drops requests on demand; current is the Handler served.
 	front   *dropFirst
 	current atomic.Pointer[fleet.Handler]
+	// tokens are the tokens registrations answered, by worker id (as a
+	// test on the wire sees them; the handler keeps only their hashes).
+	tokensMu sync.Mutex
+	tokens   map[string]string
+}
+
+// token returns the token the control plane last gave worker id.
+func (b *bundle) token(id string) string {
+	b.tokensMu.Lock()
+	defer b.tokensMu.Unlock()
+	return b.tokens[id]
+}
+
+// recordTokens notes the tokens in register answers.
+func recordTokens(b *bundle, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/v1/register") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var reg registerResp
+		if rec.Code == http.StatusOK && json.Unmarshal(rec.Body.Bytes(), &reg) == nil {
+			b.tokensMu.Lock()
+			if b.tokens == nil {
+				b.tokens = map[string]string{}
+			}
+			b.tokens[reg.WorkerID] = reg.Token
+			b.tokensMu.Unlock()
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
 }
 
 type bundleOpts struct {
@@ -109,7 +147,7 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 	b := &bundle{clock: &clock{}, logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mux := http.NewServeMux()
-	b.front = &dropFirst{next: mux}
+	b.front = &dropFirst{next: recordTokens(b, mux)}
 	b.srv = httptest.NewServer(b.front)
 	t.Cleanup(b.srv.Close)
 	b.url = b.srv.URL + "/fleet"
@@ -168,10 +206,12 @@ func (b *bundle) restart(t *testing.T) {
 type dropFirst struct {
 	n       atomic.Int64
 	dropped atomic.Int64
+	served  atomic.Int64
 	next    http.Handler
 }
 
 func (d *dropFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.served.Add(1)
 	if d.n.Add(-1) >= 0 {
 		d.dropped.Add(1)
 		conn, _, err := http.NewResponseController(w).Hijack()
