@@ -335,9 +335,12 @@ func (s *session) register(ctx context.Context, info map[string]nodeInputsOnly) 
 		if err == nil {
 			s.mu.Lock()
 			s.token = resp.Token
-			s.heartbeat = max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond)
+			s.heartbeat = DefaultHeartbeatInterval
+			if resp.HeartbeatIntervalMS > 0 {
+				s.heartbeat = max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond)
+			}
 			s.longPoll = time.Duration(resp.LongPollMS) * time.Millisecond
-			s.maxBody = resp.MaxBody
+			s.maxBody = cmp.Or(resp.MaxBody, DefaultMaxBody)
 			s.mu.Unlock()
 			a.log.Info("worker registered", "control_url", a.base, "fleet", a.cfg.Fleet, "stage", a.cfg.Stage,
 				"state", resp.State, "workflows", len(resp.Workflows))
