@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
 	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/fleet"
 	"github.com/comfypool/comfypool/hash"
@@ -286,6 +287,9 @@ func TestOfflineWorkerLateCompletionRefused(t *testing.T) {
 	require.Len(t, w, 1)
 	assert.False(t, w[0].Online)
 
+	hb := decode[heartbeatResp](t, b.post(t, "/v1/heartbeat", r1.Token, heartbeatReq{Jobs: []jobReport{{ID: j.ID}}}))
+	assert.Equal(t, []string{j.ID}, hb.Gone, "back, the worker learns to drop the prompt")
+
 	r2 := b.register(t, "w2", "a")
 	j2 := b.pollJob(t, r2.Token)
 	require.Equal(t, id, j2.ID)
@@ -465,4 +469,38 @@ func TestNewHandlerValidation(t *testing.T) {
 	assert.ErrorIs(t, b.h.RotateToken("nobody"), fleet.ErrUnknownWorker)
 	assert.True(t, errors.Is(b.h.Approve("not/valid"), fleet.ErrInvalid))
 	assert.False(t, strings.Contains(b.logs.String(), testSecret))
+}
+
+// A worker's capabilities are its server's /object_info, sent at
+// registration: a worker whose ComfyUI lacks a node class never gets a job
+// that needs it; one whose ComfyUI has it does.
+func TestCapabilitiesFromObjectInfo(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, nil)
+	infoOf := func(opts *comfytest.Options) map[string]comfy.NodeInfo {
+		srv := comfytest.NewServer(opts)
+		defer srv.Close()
+		c, err := comfy.NewClient(srv.URL, &comfy.ClientOptions{HTTPClient: srv.Client()})
+		require.NoError(t, err)
+		defer c.Close(t.Context())
+		info, err := c.ObjectInfo(t.Context(), "")
+		require.NoError(t, err)
+		return info
+	}
+	register := func(id string, info map[string]comfy.NodeInfo) registerResp {
+		return decode[registerResp](t, b.postHeaders(t, "/v1/register", map[string]string{fleet.SecretHeader: testSecret},
+			registerReq{WorkerID: id, Fleet: "gpu", Stage: "a", ObjectInfo: info}))
+	}
+	lacking := register("lacking", infoOf(&comfytest.Options{Without: []string{"ImageInvert"}}))
+	id, err := b.pool.Enqueue(t.Context(), mustWF(t, wfA), nil)
+	require.NoError(t, err)
+	p := decode[pollResp](t, b.post(t, "/v1/poll", lacking.Token, map[string]any{}))
+	assert.Empty(t, p.Jobs, "its server has no ImageInvert")
+	having := register("having", infoOf(nil))
+	j := b.pollJob(t, having.Token)
+	assert.Equal(t, id, j.ID)
+	for _, bs := range b.pool.Backends() {
+		require.NotNil(t, bs.Capabilities, bs.Name)
+		assert.Equal(t, bs.Name == "having", bs.Capabilities.Has("class:ImageInvert"), bs.Name)
+	}
 }
