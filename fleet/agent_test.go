@@ -1,8 +1,11 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"image"
+	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
@@ -132,7 +135,7 @@ func TestAgentRunsJobsWithProgressAndPreviews(t *testing.T) {
 	assert.Equal(t, res.PromptID, prompts[0].PromptID, "submitted under the pool's prompt id")
 
 	// An input file travels through its signed URL to the server.
-	input := []byte("\x89PNG an input")
+	input := pngOf(t, 16, 16)
 	id2, err := b.pool.Enqueue(t.Context(), mustWF(t, wfLoad), &pool.EnqueueOpts{
 		Inputs: []pool.InputFile{{Name: "photo.png", Data: input, Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}},
 	})
@@ -301,4 +304,16 @@ func TestNewAgentValidation(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, a.WorkerID(), "defaults to the host name")
 	assert.True(t, errors.Is(&fleet.ProblemError{Type: fleet.ProblemRevoked}, fleet.ErrRevoked))
+}
+
+// pngOf encodes a w×h PNG, as LoadImage decodes its input.
+func pngOf(t *testing.T, w, h int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, png.Encode(&buf, img))
+	return buf.Bytes()
 }
