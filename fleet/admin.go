@@ -214,8 +214,8 @@ type WorkerInfo struct {
 	// Workflows are those its backend is bound to now (none while it is
 	// not active).
 	Workflows []hash.Sum
-	// Providers are the providers it declared.
-	Providers []string
+	// Provider is the provider it declared: how it reaches its ComfyUI.
+	Provider pool.Provider
 }
 
 // Load is the share of its capacity the worker uses, from 0 to 1.
@@ -240,7 +240,7 @@ func (h *Handler) Workers() []WorkerInfo {
 		info := WorkerInfo{
 			ID: wk.id, Fleet: wk.fleet, Stage: wk.stage, State: h.stateLocked(wk), Online: wk.online,
 			Registered: wk.registered, LastSeen: wk.lastSeen, MaxConcurrency: wk.maxConc,
-			Running: []string{}, Workflows: slices.Clone(wk.bound), Providers: slices.Clone(wk.providers),
+			Running: []string{}, Workflows: slices.Clone(wk.bound), Provider: wk.provider,
 		}
 		if wk.open > 0 {
 			info.LastSeen = now

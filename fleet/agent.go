@@ -19,13 +19,13 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
 )
 
 // Defaults of AgentConfig fields.
 const (
 	DefaultComfyURL         = "http://127.0.0.1:8188"
 	DefaultFleet            = "default"
-	DefaultProvider         = "self_hosted"
 	DefaultAgentBackoffMin  = 500 * time.Millisecond
 	DefaultAgentBackoffMax  = 30 * time.Second
 	DefaultShutdownTimeout  = 15 * time.Second
@@ -68,10 +68,12 @@ type AgentConfig struct {
 	// defaults to Logger.
 	Comfy *comfy.ClientOptions
 
-	// Providers are the providers the worker declares: the pool tags its
-	// backend "provider:<name>" for each, so that a job may require one.
-	// Defaults to {"self_hosted"}.
-	Providers []string
+	// Provider says how the worker reaches its ComfyUI: the pool gives
+	// its backend this provider (and its tag, pool.ProviderTag), so that a
+	// job may require it. Defaults to pool.ProviderSelfHosted; with
+	// pool.ProviderCloud, Comfy carries the API key, which stays on the
+	// worker.
+	Provider pool.Provider
 
 	// HTTPClient makes the requests to the control plane and to the signed
 	// URLs. Defaults to a client the Agent owns. It is never closed.
@@ -122,7 +124,6 @@ func NewAgent(cfg *AgentConfig) (*Agent, error) {
 		return nil, fmt.Errorf("%w: NewAgent needs an AgentConfig (ControlURL and Secret)", ErrInvalid)
 	}
 	c := *cfg
-	c.Providers = slices.Clone(cfg.Providers)
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		c.WorkerID = hostID(host)
@@ -130,9 +131,7 @@ func NewAgent(cfg *AgentConfig) (*Agent, error) {
 	c.Fleet = cmp.Or(c.Fleet, DefaultFleet)
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, 1)
 	c.ComfyURL = cmp.Or(c.ComfyURL, DefaultComfyURL)
-	if len(c.Providers) == 0 {
-		c.Providers = []string{DefaultProvider}
-	}
+	c.Provider = cmp.Or(c.Provider, pool.ProviderSelfHosted)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.BackoffMin = cmp.Or(c.BackoffMin, DefaultAgentBackoffMin)
 	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultAgentBackoffMax)
@@ -155,8 +154,8 @@ func NewAgent(cfg *AgentConfig) (*Agent, error) {
 		return nil, fmt.Errorf("%w: AgentConfig.Fleet and Stage must be up to 64 letters, digits, '.', '_' or '-'", ErrInvalid)
 	case c.MaxConcurrency < 1 || c.MaxConcurrency > MaxConcurrency:
 		return nil, fmt.Errorf("%w: AgentConfig.MaxConcurrency must be between 1 and %d", ErrInvalid, MaxConcurrency)
-	case slices.ContainsFunc(c.Providers, func(p string) bool { return !validName(p, false) }):
-		return nil, fmt.Errorf("%w: AgentConfig.Providers must be names of letters, digits, '.', '_' or '-'", ErrInvalid)
+	case c.Provider != pool.ProviderSelfHosted && c.Provider != pool.ProviderCloud:
+		return nil, fmt.Errorf("%w: AgentConfig.Provider must be %q or %q", ErrInvalid, pool.ProviderSelfHosted, pool.ProviderCloud)
 	case c.RequestTimeout < 0 || c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin || c.ShutdownTimeout < 0 || c.ProgressInterval < 0:
 		return nil, fmt.Errorf("%w: AgentConfig durations cannot be negative, and BackoffMax cannot be below BackoffMin", ErrInvalid)
 	}
@@ -324,10 +323,10 @@ func (s *session) register(ctx context.Context, info map[string]nodeInputsOnly) 
 		Fleet          string                    `json:"fleet"`
 		Stage          string                    `json:"stage"`
 		MaxConcurrency int                       `json:"max_concurrency"`
-		Providers      []string                  `json:"providers"`
+		Provider       pool.Provider             `json:"provider"`
 		ObjectInfo     map[string]nodeInputsOnly `json:"object_info"`
 		Agent          string                    `json:"agent"`
-	}{a.cfg.WorkerID, a.cfg.Fleet, a.cfg.Stage, a.cfg.MaxConcurrency, a.cfg.Providers, info, "comfypool-agent/1"}
+	}{a.cfg.WorkerID, a.cfg.Fleet, a.cfg.Stage, a.cfg.MaxConcurrency, a.cfg.Provider, info, "comfypool-agent/1"}
 	bo := s.backoff()
 	for {
 		var resp registerResponse

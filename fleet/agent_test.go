@@ -294,7 +294,7 @@ func TestNewAgentValidation(t *testing.T) {
 		"short secret":    {ControlURL: "https://x", Secret: "short"},
 		"bad worker id":   {ControlURL: "https://x", Secret: secret, WorkerID: "a/b"},
 		"too concurrent":  {ControlURL: "https://x", Secret: secret, MaxConcurrency: 1000},
-		"bad provider":    {ControlURL: "https://x", Secret: secret, Providers: []string{"a b"}},
+		"bad provider":    {ControlURL: "https://x", Secret: secret, Provider: "elsewhere"},
 	} {
 		_, err := fleet.NewAgent(&c)
 		require.ErrorIs(t, err, fleet.ErrInvalid, name)
@@ -316,4 +316,42 @@ func pngOf(t *testing.T, w, h int) []byte {
 	var buf bytes.Buffer
 	require.NoError(t, png.Encode(&buf, img))
 	return buf.Bytes()
+}
+
+// The agent's ComfyUI client is a comfy.Client configured by
+// AgentConfig.Comfy: with a Comfy Cloud API key and Provider cloud, the
+// worker runs on Comfy Cloud (here its fake), and a job that requires the
+// cloud provider runs there and nowhere else. The key stays on the worker.
+func TestAgentOnComfyCloud(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, nil)
+	const key = "comfyui-0123456789abcdef0123456789abcdef"
+	cloud := comfytest.NewCloudServer(key, nil)
+	defer cloud.Close()
+	local := comfytest.NewServer(nil)
+	defer local.Close()
+	ra := b.startAgent(t, "on-cloud", "a", cloud, func(c *fleet.AgentConfig) {
+		c.Provider = pool.ProviderCloud
+		c.Comfy.APIKey = key
+	})
+	b.startAgent(t, "self-hosted", "a", local, nil)
+	id, err := b.pool.Enqueue(t.Context(), mustWF(t, wfA), &pool.EnqueueOpts{Tags: []string{pool.ProviderTag(pool.ProviderCloud)}})
+	require.NoError(t, err)
+	res, err := b.pool.Wait(t.Context(), id)
+	require.NoError(t, err)
+	assert.Equal(t, "on-cloud", res.Backend)
+	require.Len(t, res.Files(), 1)
+	r, err := res.Open(t.Context(), res.Files()[0])
+	require.NoError(t, err)
+	got, err := io.ReadAll(r)
+	require.NoError(t, r.Close())
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(got), "\x89PNG"), "the output came through Cloud's /api/view into the store")
+	assert.Empty(t, local.Prompts(), "the self-hosted worker never got it")
+	for _, w := range b.h.Workers() {
+		want := map[string]pool.Provider{"on-cloud": pool.ProviderCloud, "self-hosted": pool.ProviderSelfHosted}[w.ID]
+		assert.Equal(t, want, w.Provider, w.ID)
+	}
+	assert.NotContains(t, ra.logs.String(), key)
+	assert.NotContains(t, b.logs.String(), key)
 }

@@ -17,9 +17,11 @@
 // attempts name the worker. A worker's backend is bound to the workflows
 // assigned to its fleet and stage (strict binding: a face-swap worker never
 // gets an upscale job); a worker whose fleet and stage have no assignment
-// gets nothing. It is tagged "fleet:<fleet>", "stage:<stage>" and
-// "provider:<name>" for each provider it declares, so that a job may
-// require them (pool.EnqueueOpts.Tags). Its capabilities (node classes and
+// gets nothing. It is tagged "fleet:<fleet>" and "stage:<stage>", and has
+// the provider it declares (pool.BackendConfig.Provider: self_hosted, or
+// cloud for a worker that runs its jobs on Comfy Cloud with its own API
+// key), so that a job may require them (pool.EnqueueOpts.Tags,
+// pool.ProviderTag). Its capabilities (node classes and
 // listed model values) come from its server's /object_info, as for a
 // dialled backend, so routing by what a backend can run applies too.
 //
@@ -82,7 +84,7 @@
 // POST /v1/register, with the secret header:
 //
 //	{"worker_id": "gpu-host-7", "fleet": "gpu", "stage": "upscale", "max_concurrency": 2,
-//	 "providers": ["self_hosted"], "object_info": {"<class>": {"input": {"required": {…}, "optional": {…}}}, …}}
+//	 "provider": "self_hosted", "object_info": {"<class>": {"input": {"required": {…}, "optional": {…}}}, …}}
 //
 // answers the token, the worker's state ("active", "pending" approval,
 // "unassigned", "draining", "revoked"), the structure hashes of its
@@ -162,8 +164,8 @@
 // # Agent
 //
 // Agent.Run waits for its ComfyUI, registers, long-polls, runs each job
-// with comfy.Client (through AgentConfig.Comfy, the seam for other
-// providers), relays, uploads and reports; it backs off while the control
+// with comfy.Client (configured by AgentConfig.Comfy: auth, or a Comfy
+// Cloud API key with AgentConfig.Provider cloud), relays, uploads and reports; it backs off while the control
 // plane is unreachable, registers again when the control plane forgot it,
 // and on its context's end interrupts its prompts, gives their jobs back
 // and deregisters. A revoked worker stops with an error matching

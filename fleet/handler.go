@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -67,7 +68,7 @@ type stageKey struct{ fleet, stage string }
 type worker struct {
 	id, fleet, stage string
 	maxConc          int
-	providers        []string
+	provider         pool.Provider
 	caps             *queue.Capabilities
 	registered       time.Time
 
@@ -416,10 +417,7 @@ func (h *Handler) backendFor(ctx context.Context, wk *worker) (*pool.RemoteBacke
 		return nil, nil
 	}
 	tags := []string{"fleet:" + wk.fleet, "stage:" + wk.stage}
-	for _, p := range wk.providers {
-		tags = append(tags, "provider:"+p)
-	}
-	rb, err := h.p.AddRemote(ctx, pool.BackendConfig{Name: wk.id, MaxInFlight: wk.maxConc, Workflows: want, Tags: tags}, wk.caps)
+	rb, err := h.p.AddRemote(ctx, pool.BackendConfig{Name: wk.id, MaxInFlight: wk.maxConc, Workflows: want, Tags: tags, Provider: wk.provider}, wk.caps)
 	if err != nil {
 		return nil, err
 	}
@@ -579,15 +577,15 @@ func (h *Handler) register(w http.ResponseWriter, r *http.Request) {
 	case req.MaxConcurrency < 1 || req.MaxConcurrency > MaxConcurrency:
 		writeProblem(w, newProblem(http.StatusBadRequest, ProblemBadRequest, "max_concurrency must be between 1 and %d", MaxConcurrency))
 		return
-	case len(req.Providers) > 8 || slices.ContainsFunc(req.Providers, func(p string) bool { return !validName(p, false) }):
-		writeProblem(w, newProblem(http.StatusBadRequest, ProblemBadRequest, "providers must be at most 8 names of letters, digits, '.', '_' or '-'"))
+	case req.Provider != "" && req.Provider != pool.ProviderSelfHosted && req.Provider != pool.ProviderCloud:
+		writeProblem(w, newProblem(http.StatusBadRequest, ProblemBadRequest, "provider must be %q or %q", pool.ProviderSelfHosted, pool.ProviderCloud))
 		return
 	}
 	caps := h.p.CapabilitiesOf(req.ObjectInfo)
 	tok, sum := newToken()
 	wk := &worker{
 		id: req.WorkerID, fleet: req.Fleet, stage: req.Stage, maxConc: req.MaxConcurrency,
-		providers: slices.Clone(req.Providers), caps: caps, registered: now,
+		provider: cmp.Or(req.Provider, pool.ProviderSelfHosted), caps: caps, registered: now,
 		token: sum, lastSeen: now, online: true, jobs: map[string]*heldJob{}, lock: make(chan struct{}, 1),
 	}
 	h.mu.Lock()

@@ -283,7 +283,7 @@ type (
 		Fleet          string                    `json:"fleet"`
 		Stage          string                    `json:"stage"`
 		MaxConcurrency int                       `json:"max_concurrency,omitempty"`
-		Providers      []string                  `json:"providers,omitempty"`
+		Provider       string                    `json:"provider,omitempty"`
 		ObjectInfo     map[string]comfy.NodeInfo `json:"object_info,omitempty"`
 	}
 	registerResp struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/pool"
 )
 
 // The protocol's JSON bodies (see "Protocol" in the package docs). Field
@@ -35,11 +36,13 @@ var endpoints = []string{pathRegister, pathPoll, pathHeartbeat, pathComplete, pa
 const SecretHeader = "X-Comfypool-Fleet-Secret"
 
 type registerRequest struct {
-	WorkerID       string   `json:"worker_id"`
-	Fleet          string   `json:"fleet"`
-	Stage          string   `json:"stage"`
-	MaxConcurrency int      `json:"max_concurrency"`
-	Providers      []string `json:"providers,omitempty"`
+	WorkerID       string `json:"worker_id"`
+	Fleet          string `json:"fleet"`
+	Stage          string `json:"stage"`
+	MaxConcurrency int    `json:"max_concurrency"`
+	// Provider is how the worker reaches its ComfyUI: "self_hosted"
+	// (the default) or "cloud" (pool.Provider).
+	Provider pool.Provider `json:"provider,omitempty"`
 	// ObjectInfo is the worker's server's GET /object_info, of which the
 	// control plane reads each class's "input" only (the agent sends no
 	// more). Absent: no capability filter.

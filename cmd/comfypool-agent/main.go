@@ -12,6 +12,10 @@
 // or -secret-file rather than -secret, which other users of the machine
 // can read in the process list.
 //
+// With -provider cloud it runs its jobs on Comfy Cloud instead of a local
+// ComfyUI, with the API key from COMFYPOOL_COMFY_API_KEY (an environment
+// variable only; it never leaves the worker).
+//
 // SIGTERM or SIGINT stops it: the prompts it runs are interrupted, their
 // jobs given back to the queue (not counted as attempts) and the worker
 // deregistered; it exits 0. A revoked worker or a refused secret exits
@@ -32,7 +36,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/fleet"
+	"github.com/comfypool/comfypool/pool"
 )
 
 func main() {
@@ -66,7 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fleetName := fs.String("fleet", env("COMFYPOOL_FLEET", fleet.DefaultFleet), "fleet name [COMFYPOOL_FLEET]")
 	stage := fs.String("stage", env("COMFYPOOL_STAGE", ""), "stage name [COMFYPOOL_STAGE]")
 	maxConc := fs.Int("max-concurrency", envInt(getenv, "COMFYPOOL_MAX_CONCURRENCY", 1), "jobs run at once [COMFYPOOL_MAX_CONCURRENCY]")
-	comfyURL := fs.String("comfy-url", env("COMFYPOOL_COMFY_URL", fleet.DefaultComfyURL), "ComfyUI base URL [COMFYPOOL_COMFY_URL]")
+	comfyURL := fs.String("comfy-url", env("COMFYPOOL_COMFY_URL", ""), "ComfyUI base URL; defaults to "+fleet.DefaultComfyURL+", or Comfy Cloud's with -provider cloud [COMFYPOOL_COMFY_URL]")
+	provider := fs.String("provider", env("COMFYPOOL_PROVIDER", string(pool.ProviderSelfHosted)), "how the ComfyUI is reached: self_hosted or cloud (the API key in COMFYPOOL_COMFY_API_KEY) [COMFYPOOL_PROVIDER]")
 	shutdown := fs.Duration("shutdown-timeout", envDuration(getenv, "COMFYPOOL_SHUTDOWN_TIMEOUT", fleet.DefaultShutdownTimeout), "bound on giving jobs back at shutdown [COMFYPOOL_SHUTDOWN_TIMEOUT]")
 	backoffMax := fs.Duration("backoff-max", envDuration(getenv, "COMFYPOOL_BACKOFF_MAX", fleet.DefaultAgentBackoffMax), "longest wait between retries while the control plane is unreachable [COMFYPOOL_BACKOFF_MAX]")
 	level := fs.String("log-level", env("COMFYPOOL_LOG_LEVEL", "info"), "debug, info, warn or error [COMFYPOOL_LOG_LEVEL]")
@@ -97,10 +104,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		*secret = strings.TrimSpace(string(data))
 	}
+	comfyOpts := &comfy.ClientOptions{Logger: logger}
+	if pool.Provider(*provider) == pool.ProviderCloud {
+		comfyOpts.APIKey = getenv("COMFYPOOL_COMFY_API_KEY")
+		if comfyOpts.APIKey == "" {
+			fmt.Fprintf(stderr, "comfypool-agent: -provider cloud needs a Comfy Cloud API key in COMFYPOOL_COMFY_API_KEY\n")
+			return exitUsage
+		}
+		if *comfyURL == "" {
+			*comfyURL = comfy.CloudURL
+		}
+	}
 	a, err := fleet.NewAgent(&fleet.AgentConfig{
 		ControlURL: *control, Secret: *secret, WorkerID: *worker, Fleet: *fleetName, Stage: *stage,
-		MaxConcurrency: *maxConc, ComfyURL: *comfyURL, ShutdownTimeout: *shutdown,
-		BackoffMax: max(*backoffMax, fleet.DefaultAgentBackoffMin), Logger: logger,
+		MaxConcurrency: *maxConc, ComfyURL: *comfyURL, Comfy: comfyOpts, Provider: pool.Provider(*provider),
+		ShutdownTimeout: *shutdown, BackoffMax: max(*backoffMax, fleet.DefaultAgentBackoffMin), Logger: logger,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "comfypool-agent: %v\n", err)

@@ -93,6 +93,8 @@ func TestUsage(t *testing.T) {
 		"bad level":      {[]string{"-log-level", "loud"}, nil, "-log-level"},
 		"extra args":     {[]string{"-control", "http://x", "extra"}, nil, "unexpected arguments"},
 		"no secret file": {[]string{"-control", "http://x", "-secret-file", "/nonexistent/secret"}, nil, "-secret-file"},
+		"cloud, no key":  {[]string{"-control", "http://x", "-provider", "cloud"}, map[string]string{"COMFYPOOL_FLEET_SECRET": secret}, "COMFYPOOL_COMFY_API_KEY"},
+		"bad provider":   {[]string{"-control", "http://x", "-provider", "mars"}, map[string]string{"COMFYPOOL_FLEET_SECRET": secret}, "Provider"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), c.args, envOf(c.env), &stderr)
