@@ -13,6 +13,7 @@ import (
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/pgqueue"
 	"github.com/comfypool/comfypool/queue/pgqueue/internal/pgtest"
+	"github.com/comfypool/comfypool/queue/queuetest"
 )
 
 // TestClaimUnsettledDrivers: sweepers in several processes (three
@@ -26,44 +27,7 @@ func TestClaimUnsettledDrivers(t *testing.T) {
 	for range 3 {
 		qs = append(qs, queue.New(openDriver(t, db, pgqueue.Config{Schema: schema})))
 	}
-	ctx := t.Context()
-	const jobs = 300
-	ps := make([]queue.EnqueueParams, jobs)
-	for i := range ps {
-		ps[i].Settle = true
-	}
-	ids, err := qs[0].EnqueueBatch(ctx, ps)
-	require.NoError(t, err)
-	for _, id := range ids {
-		_, err := qs[0].Cancel(ctx, id)
-		require.NoError(t, err)
-	}
-	var (
-		mu      sync.Mutex
-		claimed = map[string]int{}
-		wg      sync.WaitGroup
-	)
-	for i := range 6 {
-		q := qs[i%len(qs)]
-		wg.Go(func() {
-			for {
-				js, err := q.ClaimUnsettled(ctx, time.Time{}, time.Hour, 7)
-				if !assert.NoError(t, err) || len(js) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, j := range js {
-					claimed[j.ID]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	assert.Len(t, claimed, jobs, "every job claimed")
-	for _, id := range ids {
-		assert.Equal(t, 1, claimed[id], "job %s claimed once", id)
-	}
+	queuetest.CheckClaimUnsettledAcrossDrivers(t, qs)
 }
 
 // TestRetentionKeepsUnsettled: the retention sweep deletes no unsettled

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -541,4 +542,54 @@ func testSettleUnsupported(e *env) {
 	assert.Zero(e.t, e.unfinished(q), "nothing stored")
 	_, err = q.Enqueue(e.ctx, queue.EnqueueParams{})
 	assert.NoError(e.t, err, "jobs without Settle are fine")
+}
+
+// CheckClaimUnsettledAcrossDrivers checks settlement claims between
+// processes: qs are Queues over distinct drivers of one store (as several
+// processes hold), each implementing queue.Settler. It ends 300 jobs
+// enqueued with Settle and claims them from six goroutines spread over
+// qs: no two claims return the same job, and together they return every
+// one. Adapters call it from their own tests, since only they can open
+// several drivers on one store.
+func CheckClaimUnsettledAcrossDrivers(t *testing.T, qs []*queue.Queue) {
+	t.Helper()
+	require.NotEmpty(t, qs, "CheckClaimUnsettledAcrossDrivers needs at least one Queue")
+	ctx := t.Context()
+	const jobs = 300
+	ps := make([]queue.EnqueueParams, jobs)
+	for i := range ps {
+		ps[i].Settle = true
+	}
+	ids, err := qs[0].EnqueueBatch(ctx, ps)
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, err := qs[0].Cancel(ctx, id)
+		require.NoError(t, err)
+	}
+	var (
+		mu      sync.Mutex
+		claimed = map[string]int{}
+		wg      sync.WaitGroup
+	)
+	for i := range 6 {
+		q := qs[i%len(qs)]
+		wg.Go(func() {
+			for {
+				js, err := q.ClaimUnsettled(ctx, time.Time{}, time.Hour, 7)
+				if !assert.NoError(t, err) || len(js) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, j := range js {
+					claimed[j.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Len(t, claimed, jobs, "every job claimed")
+	for _, id := range ids {
+		assert.Equal(t, 1, claimed[id], "job %s claimed once", id)
+	}
 }

@@ -2,7 +2,6 @@ package redisqueue_test
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/queuetest"
 	"github.com/comfypool/comfypool/queue/redisqueue"
 	"github.com/comfypool/comfypool/queue/redisqueue/internal/redistest"
 )
@@ -78,44 +78,7 @@ func TestClaimUnsettledDrivers(t *testing.T) {
 	for range 3 {
 		qs = append(qs, queue.New(newDriver(t, c, &redisqueue.Config{Prefix: prefix})))
 	}
-	ctx := t.Context()
-	const jobs = 300
-	ps := make([]queue.EnqueueParams, jobs)
-	for i := range ps {
-		ps[i].Settle = true
-	}
-	ids, err := qs[0].EnqueueBatch(ctx, ps)
-	require.NoError(t, err)
-	for _, id := range ids {
-		_, err := qs[0].Cancel(ctx, id)
-		require.NoError(t, err)
-	}
-	var (
-		mu      sync.Mutex
-		claimed = map[string]int{}
-		wg      sync.WaitGroup
-	)
-	for i := range 6 {
-		q := qs[i%len(qs)]
-		wg.Go(func() {
-			for {
-				js, err := q.ClaimUnsettled(ctx, time.Time{}, time.Hour, 7)
-				if !assert.NoError(t, err) || len(js) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, j := range js {
-					claimed[j.ID]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	assert.Len(t, claimed, jobs, "every job claimed")
-	for _, id := range ids {
-		assert.Equal(t, 1, claimed[id], "job %s claimed once", id)
-	}
+	queuetest.CheckClaimUnsettledAcrossDrivers(t, qs)
 }
 
 // TestRetentionKeepsUnsettled: the retention sweep deletes no unsettled
