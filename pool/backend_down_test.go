@@ -15,8 +15,10 @@ import (
 )
 
 // A backend that is down from the start is announced as it goes offline
-// (client:state), so that a program can report an unreachable server at
-// once instead of waiting for WaitConnected's context to end.
+// (client:state), and BackendStats.LastError says why, so that a program
+// can report an unreachable server with its error at once instead of
+// waiting for WaitConnected's context to end; it clears once the backend
+// connects.
 func TestBackendDownFromStartAnnounced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBundle(t, []*comfytest.Options{nil, nil}, nil)
@@ -42,10 +44,17 @@ func TestBackendDownFromStartAnnounced(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []comfy.State{comfy.StateConnecting, comfy.StateOffline}, seen)
+		// Backends says why: its LastError, until it connects.
 		got := b.pool.Backends()
 		require.Equal(t, comfy.StateOffline, got[0].State)
+		require.Error(t, got[0].LastError)
+		assert.Contains(t, got[0].LastError.Error(), "503")
+		assert.NoError(t, got[1].LastError, "gpu-1 connects at once")
 
 		_, err := b.pool.WaitConnected(t.Context(), 0) // the fourth attempt connects
 		require.NoError(t, err)
+		for _, s := range b.pool.Backends() {
+			assert.NoError(t, s.LastError, s.Name)
+		}
 	})
 }
