@@ -21,6 +21,7 @@ import (
 	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/fleet"
 	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/internal/syncbuf"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -43,12 +44,12 @@ type runningAgent struct {
 	srv   *comfytest.Server
 	stop  context.CancelFunc
 	done  chan error
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 }
 
 func (b *bundle) startAgent(t *testing.T, id, stage string, srv *comfytest.Server, edit func(*fleet.AgentConfig)) *runningAgent {
 	t.Helper()
-	ra := &runningAgent{srv: srv, done: make(chan error, 1), logs: &syncBuffer{}}
+	ra := &runningAgent{srv: srv, done: make(chan error, 1), logs: &syncbuf.Buffer{}}
 	logger := slog.New(slog.NewTextHandler(ra.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := &fleet.AgentConfig{
 		ControlURL: b.url, Secret: testSecret, WorkerID: id, Fleet: "gpu", Stage: stage,

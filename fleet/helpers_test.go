@@ -23,6 +23,7 @@ import (
 	"github.com/comfypool/comfypool/fleet"
 	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/internal/leakcheck"
+	"github.com/comfypool/comfypool/internal/syncbuf"
 	"github.com/comfypool/comfypool/pool"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
@@ -61,24 +62,6 @@ type clock struct{ skew atomic.Int64 }
 func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.skew.Load())) }
 func (c *clock) Advance(d time.Duration) { c.skew.Add(int64(d)) }
 
-// syncBuffer is a log sink several goroutines write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // bundle is a control plane on loopback: a started Pool with no dialled
 // backend (unless edit adds some), its file store (a DiskStore whose
 // signed URLs the same server serves under /files/) and the fleet Handler
@@ -90,7 +73,7 @@ type bundle struct {
 	url   string // the control plane's base URL (…/fleet)
 	store *files.Store
 	clock *clock
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	cfg   fleet.Config
 	// front drops requests on demand; current is the Handler served.
 	front   *dropFirst
@@ -144,7 +127,7 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 	if o == nil {
 		o = &bundleOpts{}
 	}
-	b := &bundle{clock: &clock{}, logs: &syncBuffer{}}
+	b := &bundle{clock: &clock{}, logs: &syncbuf.Buffer{}}
 	logger := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mux := http.NewServeMux()
 	b.front = &dropFirst{next: recordTokens(b, mux)}

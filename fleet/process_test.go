@@ -23,6 +23,7 @@ import (
 	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/fleet"
 	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/internal/syncbuf"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -64,7 +65,7 @@ func buildAgent(t *testing.T) string {
 type agentProc struct {
 	id   string
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	srv  *comfytest.Server
 	done chan error // Wait's result, once
 }
@@ -73,7 +74,7 @@ type agentProc struct {
 // beside srv.
 func (b *bundle) startAgentProcess(t *testing.T, id, stage string, srv *comfytest.Server, maxConc int) *agentProc {
 	t.Helper()
-	p := &agentProc{id: id, logs: &syncBuffer{}, srv: srv, done: make(chan error, 1)}
+	p := &agentProc{id: id, logs: &syncbuf.Buffer{}, srv: srv, done: make(chan error, 1)}
 	p.cmd = exec.Command(buildAgent(t),
 		"-control", b.url, "-worker-id", id, "-fleet", "gpu", "-stage", stage,
 		"-comfy-url", srv.URL, "-max-concurrency", strconv.Itoa(maxConc),

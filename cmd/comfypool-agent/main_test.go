@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/comfypool/comfypool/fleet"
 	"github.com/comfypool/comfypool/hash"
 	"github.com/comfypool/comfypool/internal/leakcheck"
+	"github.com/comfypool/comfypool/internal/syncbuf"
 	"github.com/comfypool/comfypool/pool"
 	"github.com/comfypool/comfypool/queue"
 	"github.com/comfypool/comfypool/queue/memqueue"
@@ -60,24 +60,6 @@ func controlPlane(t *testing.T) (url string, h *fleet.Handler) {
 	return srv.URL + "/fleet", h
 }
 
-// syncBuffer is stderr written by the agent's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 // Usage errors exit 2 and say what is wrong, without the secret.
@@ -112,7 +94,7 @@ func TestDeniedExitsThree(t *testing.T) {
 	comfyUI := comfytest.NewServer(nil)
 	defer comfyUI.Close()
 
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	code := run(t.Context(), []string{"-control", url, "-comfy-url", comfyUI.URL, "-worker-id", "w1", "-fleet", "gpu"},
 		envOf(map[string]string{"COMFYPOOL_FLEET_SECRET": "not-the-secret-0123456789abcdef"}), &stderr)
 	assert.Equal(t, exitDenied, code)
@@ -120,7 +102,7 @@ func TestDeniedExitsThree(t *testing.T) {
 
 	secretFile := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secretFile, []byte(secret+"\n"), 0o600))
-	stderr = syncBuffer{}
+	stderr = syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(context.Background(), []string{"-control", url, "-comfy-url", comfyUI.URL, "-secret-file", secretFile},

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/internal/leakcheck"
+	"github.com/comfypool/comfypool/internal/syncbuf"
 )
 
 // binary is the comfypool command built for the tests, in TestMain.
@@ -106,7 +106,7 @@ func cleanEnv() []string {
 type fakeProcess struct {
 	urls   []string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -119,7 +119,7 @@ func startFake(t *testing.T, n int, args ...string) *fakeProcess {
 	cmd.Env = cleanEnv()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	f := &fakeProcess{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	f := &fakeProcess{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = f.stderr
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
@@ -147,25 +147,6 @@ func startFake(t *testing.T, n int, args ...string) *fakeProcess {
 		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, u)
 	}
 	return f
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // writeFile writes content into dir/name and returns its path.
@@ -388,7 +369,7 @@ func TestRunInterrupted(t *testing.T) {
 	cmd.Env = cleanEnv()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var errb syncBuffer
+	var errb syncbuf.Buffer
 	cmd.Stderr = &errb
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
