@@ -117,8 +117,8 @@
 //	   {"type": "executed", "node": "9", "output": {"images": […]}}]}]}
 //	→ {"state": "active", "cancel": ["<job id>"], "gone": ["<job id>"], "new_token": "…"}
 //
-// They become the job's job:started, job:progress, job:preview and
-// job:output events. "cancel" lists jobs to interrupt (cancelled or timed
+// They become the job's job:progress, job:preview and job:output events
+// (its job:started was published when the poll handed the job over). "cancel" lists jobs to interrupt (cancelled or timed
 // out: report the end with fail, kind "interrupted"); "gone" lists jobs the
 // pool no longer runs here (drop the prompt, report nothing); "new_token"
 // is a rotated token (poll answers carry it too).

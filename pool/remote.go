@@ -279,9 +279,11 @@ func (j *RemoteJob) StoredInput(i int) (files.Ref, bool) {
 
 // Report hands the Pool a message the worker's server sent for the
 // prompt: progress, previews and outputs become the job's events
-// (job:progress, job:preview, job:output) as on a dialled backend, and the
-// first message reports the job started (job:started; it also meets
-// Timeouts.Start). Messages after the attempt's end are dropped.
+// (job:progress, job:preview, job:output) as on a dialled backend, and
+// the first execution message (execution_start, executing, cached) meets
+// Timeouts.Start. The job's job:started was published when Lease handed
+// it over, as a dialled backend's is when its server accepts the prompt.
+// Messages after the attempt's end are dropped.
 func (j *RemoteJob) Report(m comfy.Message) {
 	if m == nil || j.rp.isEnded() {
 		return
@@ -343,7 +345,8 @@ func (j *RemoteJob) Fail(ctx context.Context, err error) error {
 
 // Requeue gives the job back without counting an attempt (the worker is
 // going away: a spot interruption, a deploy, a capacity rebalance); the
-// attempt is recorded with reason. It returns once the job is back in the
+// attempt is recorded with reason ("given back by the worker" when
+// empty), which should say who gave it back. It returns once the job is back in the
 // queue, or ErrRemoteGone.
 func (j *RemoteJob) Requeue(ctx context.Context, reason string) error {
 	return j.end(ctx, nil, &remoteRequeue{reason: reason}, nil)
@@ -369,7 +372,7 @@ func (e *remoteRequeue) Error() string {
 	if e.reason == "" {
 		return "pool: given back by the worker"
 	}
-	return "pool: given back by the worker: " + e.reason
+	return "pool: " + e.reason
 }
 
 // remotePrompt is the prompt a remote backend runs, as runJob follows it

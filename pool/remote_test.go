@@ -177,7 +177,7 @@ func TestRemoteBackendOfflineAndRequeue(t *testing.T) {
 		require.Len(t, res.Attempts, 3)
 		assert.Equal(t, "agent-1", res.Attempts[0].Backend)
 		assert.ErrorIs(t, res.Attempts[0].Err, pool.ErrBackendOffline)
-		assert.Contains(t, res.Attempts[1].Err.Error(), "spot interruption")
+		assert.Equal(t, "pool: spot interruption", res.Attempts[1].Err.Error(), "the reason, once")
 		info, err := p.Job(t.Context(), id)
 		require.NoError(t, err)
 		assert.Equal(t, pool.StatusCompleted, info.Status)
