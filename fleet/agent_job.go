@@ -143,10 +143,14 @@ func (j *runJob) takeEvents(budget *int64) []eventWire {
 func (j *runJob) run() {
 	s := j.s
 	res, err := j.execute()
-	if j.stopped() {
+	// A prompt that finished is reported even when the agent is shutting
+	// down (its result is worth more than a give-back): neither the check
+	// below nor the report's context is cut by a shutdown stop, only by
+	// each request's bound.
+	if (err != nil || j.reason() == stopDrop || s.fatalCtx.Err() != nil) && j.stopped() {
 		return
 	}
-	ctx := j.ctx
+	ctx := context.WithoutCancel(j.ctx)
 	if err == nil {
 		err = j.complete(ctx, res)
 		if err == nil {

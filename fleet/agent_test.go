@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,4 +356,42 @@ func TestAgentOnComfyCloud(t *testing.T) {
 	}
 	assert.NotContains(t, ra.logs.String(), key)
 	assert.NotContains(t, b.logs.String(), key)
+}
+
+// An agent told to stop while it reports a finished prompt (its outputs
+// on their way to the store) completes the job rather than giving it back:
+// the prompt ran once and its result is kept.
+func TestAgentStopDuringCompletionKeepsTheResult(t *testing.T) {
+	t.Parallel()
+	putSeen, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := newBundle(t, &bundleOpts{files: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				once.Do(func() { close(putSeen) })
+				<-release // the agent is told to stop meanwhile
+			}
+			next.ServeHTTP(w, r)
+		})
+	}})
+	srv := comfytest.NewServer(nil)
+	defer srv.Close()
+	ra := b.startAgent(t, "agent-1", "a", srv, nil)
+	id, err := b.pool.Enqueue(t.Context(), mustWF(t, wfA), &pool.EnqueueOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	select {
+	case <-putSeen:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent never uploaded an output")
+	}
+	ra.stop() // SIGTERM, as the upload is under way
+	close(release)
+	require.NoError(t, ra.wait(t))
+	wctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // given back, it would wait for a worker forever
+	defer cancel()
+	res, err := b.pool.Wait(wctx, id)
+	require.NoError(t, err, "completed by the stopping agent, not given back")
+	assert.Equal(t, "agent-1", res.Backend)
+	assert.Len(t, res.Attempts, 1)
+	assert.Len(t, srv.Prompts(), 1, "the prompt ran once")
 }

@@ -120,6 +120,7 @@ func recordTokens(b *bundle, next http.Handler) http.Handler {
 type bundleOpts struct {
 	pool  func(*pool.Config)
 	fleet func(*fleet.Config)
+	files func(http.Handler) http.Handler // wraps the store's signed-URL handler
 }
 
 func newBundle(t *testing.T, o *bundleOpts) *bundle {
@@ -139,7 +140,11 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 		Logger: logger, Test: files.DiskTestConfig{Now: b.clock.Now},
 	})
 	require.NoError(t, err)
-	mux.Handle("/files/", disk.Handler())
+	var filesHandler http.Handler = disk.Handler()
+	if o.files != nil {
+		filesHandler = o.files(filesHandler)
+	}
+	mux.Handle("/files/", filesHandler)
 	b.store, err = files.New(disk, &files.Config{Name: "shared"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.store.Close() })
