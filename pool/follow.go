@@ -320,6 +320,7 @@ func (p *WorkflowPool) timeout(id, which string) {
 func (p *WorkflowPool) Watch(ctx context.Context, id string) (<-chan Event, error) {
 	p.startFeed()
 	release := p.follow.add(id)
+	changed := p.follow.changed(id) // before reading: no change is missed
 	local, unsub := p.events.subscribeJob(id, watchBuffer)
 	qj, err := p.get(ctx, id)
 	if err != nil {
@@ -344,7 +345,7 @@ func (p *WorkflowPool) Watch(ctx context.Context, id string) (<-chan Event, erro
 		defer close(out)
 		defer release()
 		defer unsub()
-		p.watch1(ctx, id, qj, local, out)
+		p.watch1(ctx, id, qj, changed, local, out)
 	}()
 	return out, nil
 }
@@ -352,8 +353,9 @@ func (p *WorkflowPool) Watch(ctx context.Context, id string) (<-chan Event, erro
 // watchBuffer is the capacity of a Watch channel.
 const watchBuffer = 64
 
-// watch1 feeds one Watch channel.
-func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, local <-chan Event, out chan<- Event) {
+// watch1 feeds one Watch channel, from qj (the record as read after
+// changed was taken) on.
+func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, changed <-chan struct{}, local <-chan Event, out chan<- Event) {
 	var seen uint64 // the record version last reported
 	var last EventKind
 	var startedFor string // the prompt whose job:started was sent
@@ -416,7 +418,6 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 		return
 	}
 	for {
-		changed := p.follow.changed(id)
 		select {
 		case ev, ok := <-local:
 			if !ok {
@@ -434,6 +435,10 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, loc
 			}
 			send(ev)
 		case <-changed:
+			// Before reading: a change made while the record is read
+			// wakes the next round (else, were it the end, the Watch
+			// would wait for a change that never comes).
+			changed = p.follow.changed(id)
 			if o, ending := p.localOutcome(id); o != nil || ending != nil {
 				// This Pool ended it: its terminal event is on local, unless
 				// local was full; the outcome says the same.

@@ -1,0 +1,67 @@
+package pool_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/comfypool/comfypool/comfy/comfytest"
+	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/queue"
+	"github.com/comfypool/comfypool/queue/memqueue"
+	"github.com/comfypool/comfypool/queue/queuetest"
+)
+
+// slowGet is a driver whose Get answers a second after it read the
+// record, as a database's answer that takes its time: a change made
+// meanwhile is not in it.
+type slowGet struct{ *queuetest.Flaky }
+
+func (d slowGet) Get(ctx context.Context, id string) (*queue.Job, error) {
+	j, err := d.Flaky.Get(ctx, id)
+	time.Sleep(time.Second)
+	return j, err
+}
+
+// Watch from a Pool that does not run a job sees its end when the end
+// came while the Watch was reading the job's record for an earlier change
+// (the change feed's wake-up is not lost).
+func TestWatchElsewhereSeesAnEndDuringARead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		frontQ, backQ := queue.New(slowGet{queuetest.NewFlaky(d)}), queue.New(d)
+		t.Cleanup(func() { _ = backQ.Close(); _ = frontQ.Close() })
+		front := poolOn(t, frontQ, "front", 0, nil)
+		require.NoError(t, front.pool.Start(t.Context()))
+		back := poolOn(t, backQ, "back", 1, nil)
+
+		id, err := front.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		watch, err := front.pool.Watch(t.Context(), id)
+		require.NoError(t, err)
+		require.NoError(t, back.pool.Start(t.Context())) // runs the job in no (fake) time, while front reads the lease's change
+		_, err = back.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+
+		var last pool.Event
+		timeout := time.After(time.Minute)
+		for done := false; !done; {
+			select {
+			case ev, ok := <-watch:
+				if !ok {
+					done = true
+					break
+				}
+				last = ev
+			case <-timeout:
+				t.Fatalf("the Watch did not end a minute after the job did (last event %s)", last.Kind)
+			}
+		}
+		assert.Equal(t, pool.EventJobCompleted, last.Kind)
+	})
+}
