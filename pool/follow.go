@@ -312,11 +312,14 @@ func (p *WorkflowPool) timeout(id, which string) {
 // Watch returns one job's events, from its current state on, whichever
 // Pool on the queue runs it: first an event for the state the job is in
 // (job:queued, job:started, job:retrying, or its terminal event), then
-// every later event. The channel holds 64 events; a reader that falls
-// behind loses progress and preview events, never the terminal event,
-// which is always the last one delivered before the channel is closed.
-// The channel is also closed, without a terminal event, when ctx ends or
-// the Pool stops. An unknown job gives an error matching ErrNotFound.
+// every later event. Its job:started, like the one of Subscribe, names
+// the backend and the prompt: to a Watch in a Pool that does not run the
+// job, a job leased whose attempt is not written down yet is still
+// job:queued. The channel holds 64 events; a reader that falls behind
+// loses progress and preview events, never the terminal event, which is
+// always the last one delivered before the channel is closed. The channel
+// is also closed, without a terminal event, when ctx ends or the Pool
+// stops. An unknown job gives an error matching ErrNotFound.
 func (p *WorkflowPool) Watch(ctx context.Context, id string) (<-chan Event, error) {
 	p.startFeed()
 	release := p.follow.add(id)
@@ -396,6 +399,9 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 			return true
 		}
 		ev := stateEvent(qj)
+		if qj.State == queue.StateLeased && ev.Kind == EventJobQueued && last != "" {
+			return false // leased, its attempt not begun: nothing new to a watcher
+		}
 		if ev.Kind != last {
 			send(ev)
 		}
@@ -480,14 +486,16 @@ func isTerminal(k EventKind) bool {
 	return k == EventJobCompleted || k == EventJobFailed || k == EventJobCancelled
 }
 
-// stateEvent is the event that reports an unfinished record's state.
+// stateEvent is the event that reports an unfinished record's state. A
+// leased record whose attempt is not begun yet (Begin writes it down, with
+// its prompt id, before the prompt is sent) is still job:queued: no
+// backend has a prompt, and job:started names the prompt.
 func stateEvent(qj *queue.Job) Event {
 	ev := Event{Kind: EventJobQueued, JobID: qj.ID, Time: time.Now(), Attempt: len(qj.Attempts)}
 	switch qj.State {
 	case queue.StateLeased:
-		ev.Kind, ev.Backend = EventJobStarted, qj.LeasedBy
 		if a := qj.OpenAttempt(); a != nil {
-			ev.Backend, ev.PromptID = a.Backend, a.PromptID
+			ev.Kind, ev.Backend, ev.PromptID = EventJobStarted, a.Backend, a.PromptID
 		}
 	case queue.StateRetrying:
 		ev.Kind = EventJobRetrying

@@ -65,3 +65,49 @@ func TestWatchElsewhereSeesAnEndDuringARead(t *testing.T) {
 		assert.Equal(t, pool.EventJobCompleted, last.Kind)
 	})
 }
+
+// slowBegin is a driver whose Begin (the attempt written down with its
+// prompt id) comes a second after the lease, as it does when the Pool
+// uploads a job's inputs first or the database is slow.
+type slowBegin struct{ *queuetest.Flaky }
+
+func (d slowBegin) Begin(ctx context.Context, id, token string, p *queue.BeginParams) (*queue.Job, error) {
+	time.Sleep(time.Second)
+	return d.Flaky.Begin(ctx, id, token, p)
+}
+
+// Watch from a Pool that does not run the job reports job:started once
+// the attempt is written down, with its backend and prompt id (Event:
+// "PromptID ... for job events after start"), not when the record is
+// merely leased: a job leased but not begun is still queued to a watcher.
+func TestWatchElsewhereStartedNamesThePrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := memqueue.New(nil)
+		require.NoError(t, err)
+		frontQ, backQ := queue.New(d), queue.New(slowBegin{queuetest.NewFlaky(d)})
+		t.Cleanup(func() { _ = backQ.Close(); _ = frontQ.Close() })
+		front := poolOn(t, frontQ, "front", 0, nil)
+		require.NoError(t, front.pool.Start(t.Context()))
+		back := poolOn(t, backQ, "back", 1, nil)
+
+		id, err := front.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+		require.NoError(t, err)
+		watch, err := front.pool.Watch(t.Context(), id)
+		require.NoError(t, err)
+		require.NoError(t, back.pool.Start(t.Context()))
+		res, err := front.pool.Wait(t.Context(), id)
+		require.NoError(t, err)
+
+		var evs []pool.Event
+		for ev := range watch {
+			evs = append(evs, ev)
+		}
+		var kinds []pool.EventKind
+		for _, ev := range evs {
+			kinds = append(kinds, ev.Kind)
+		}
+		require.Equal(t, []pool.EventKind{pool.EventJobQueued, pool.EventJobStarted, pool.EventJobCompleted}, kinds)
+		assert.Equal(t, "back-0", evs[1].Backend)
+		assert.Equal(t, res.PromptID, evs[1].PromptID, "job:started names the prompt")
+	})
+}
