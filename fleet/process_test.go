@@ -282,24 +282,32 @@ func shareJobs(t *testing.T, agents, pushes, jobs int, chaos bool) {
 // Two agent processes and two push backends share 40 jobs: each completes
 // exactly once, on a backend allowed to run it.
 func TestProcessesShareJobs(t *testing.T) {
+	multiprocess(t)
 	t.Parallel()
 	shareJobs(t, 2, 2, 40, false)
+}
+
+// multiprocess skips a test of agent processes unless
+// COMFYPOOL_MULTIPROCESS is set: they build cmd/comfypool-agent with the
+// race detector first, which would take most of go test ./...'s minute;
+// CI runs them in a step of their own.
+func multiprocess(t *testing.T) {
+	t.Helper()
+	if os.Getenv("COMFYPOOL_MULTIPROCESS") == "" {
+		t.Skip("agent processes (built first): set COMFYPOOL_MULTIPROCESS=1 to run it")
+	}
 }
 
 // The scenario: 4 agents and 2 push backends share 500 jobs while
 // one agent is killed (SIGKILL) and another stopped (SIGTERM) mid-job.
 func TestProcessesShare500JobsWithKills(t *testing.T) {
-	if os.Getenv("COMFYPOOL_MULTIPROCESS") == "" {
-		t.Skip("4 agent processes and 500 jobs: set COMFYPOOL_MULTIPROCESS=1 to run it")
-	}
+	multiprocess(t)
 	shareJobs(t, 4, 2, 500, true)
 }
 
 // The same without kills: every prompt ran exactly once.
 func TestProcessesShare500Jobs(t *testing.T) {
-	if os.Getenv("COMFYPOOL_MULTIPROCESS") == "" {
-		t.Skip("4 agent processes and 500 jobs: set COMFYPOOL_MULTIPROCESS=1 to run it")
-	}
+	multiprocess(t)
 	shareJobs(t, 4, 2, 500, false)
 }
 
@@ -378,6 +386,7 @@ func cpuOf(t *testing.T, procs []*agentProc) time.Duration {
 // gives its attempt up and the job runs on the other agent; the dead
 // agent's late completion (its token, its job) is refused.
 func TestProcessKilledMidJob(t *testing.T) {
+	multiprocess(t)
 	t.Parallel()
 	b, _ := processBundle(t, 0, 0)
 	a0 := b.startAgentProcess(t, "agent-0", "a", agentServer(t, time.Second), 1)
@@ -411,6 +420,7 @@ func TestProcessKilledMidJob(t *testing.T) {
 // job back without counting an attempt, deregisters and exits 0; the job
 // (allowed one attempt) runs on the other agent.
 func TestProcessTerminatedMidJob(t *testing.T) {
+	multiprocess(t)
 	t.Parallel()
 	b, _ := processBundle(t, 0, 0)
 	a0 := b.startAgentProcess(t, "agent-0", "a", agentServer(t, 5*time.Second), 1)
