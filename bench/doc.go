@@ -1,6 +1,36 @@
-// Package bench holds comfypool's scale benchmarks and the harness they
-// run, so that a command-line tool can run the same measurements outside
-// go test.
+// Package bench holds comfypool's benchmark scenarios and the harness they
+// run, so that a command-line tool (comfypool bench, in cmd/comfypool) runs
+// the same measurements outside go test and prints them as one report.
+//
+// Each scenario is a function that runs once and returns a typed result;
+// the caller repeats it and takes medians. Every scenario starts its own
+// fake ComfyUI servers (package comfytest) in this process, so the servers,
+// the clients and the pool share its CPUs: the figures depend on the
+// machine and on its load, and ratios between sides of one run say more
+// than absolute figures.
+//
+//   - [Throughput]: zero-length jobs on K servers on loopback through a pool
+//     and through a bare comfy.Client loop over the same servers: the
+//     pool's client overhead per job.
+//   - [Dispatch]: the dispatch latency of a pool with many backends and a
+//     deep queue (below).
+//   - [Utilisation]: N jobs of d each on K servers: the makespan against
+//     the ideal ceil(N/K)·d, which each job's dispatch overhead lengthens.
+//   - [Affinity]: a mixed batch over several checkpoints on servers that
+//     keep one model loaded, with warm affinity and with round-robin.
+//   - [Queued]: a million jobs over one template enqueued into a pool that
+//     does not run them: time, CPU and live heap per job.
+//   - [Failover]: some servers failing a share of their prompts: throughput
+//     against a run without faults, and the share of jobs completed.
+//   - [Lease]: a queue driver's lease-and-complete throughput and pickup
+//     latency, for any driver (the durable adapters' included, which the
+//     core cannot import: the command opens them).
+//
+// Throughput, Utilisation and Failover can also drive a [Peer], another
+// library's pool, against the same servers after the pool, so that both
+// sides' figures come from one run on one machine: a [Fleet]'s servers
+// record the prompts each side sent, and the time from each prompt's end to
+// the next POST, measured the same way whichever side ran ([Side]).
 //
 // # Dispatch latency
 //
