@@ -316,7 +316,8 @@ func TestHelpAndUsage(t *testing.T) {
 	assert.Contains(t, errb.String(), `invalid value "x" for flag -count`)
 	assert.Contains(t, errb.String(), "Run 'comfypool run -h' for usage.")
 
-	e, _, errb = testEnv(nil)
-	require.Equal(t, exitFailed, runMain(ctx, e, []string{"bench"}))
-	assert.Contains(t, errb.String(), "not yet")
+	e, out, _ = testEnv(nil)
+	require.Equal(t, exitOK, runMain(ctx, e, []string{"help", "bench"}))
+	assert.Contains(t, out.String(), "usage: comfypool bench")
+	assert.Contains(t, out.String(), "[$COMFYPOOL_PG_URL]")
 }

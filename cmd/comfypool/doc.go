@@ -9,7 +9,7 @@
 //
 //	fake   serve fake ComfyUI servers (package comfy/comfytest) on local ports
 //	run    run a workflow, or a batch of it, across ComfyUI servers
-//	bench  the benchmark suite (not yet available)
+//	bench  run the benchmark suite (beside a peer library) and print one table
 //
 // 'comfypool help <command>' and 'comfypool <command> -h' print a command's
 // flags. Flags that name where to work can also be set by environment
@@ -77,10 +77,46 @@
 // COMFYPOOL_ATTEMPTS, COMFYPOOL_CONNECT_TIMEOUT, COMFYPOOL_TOKEN (a bearer
 // token sent to every server).
 //
+// # comfypool bench
+//
+//	comfypool bench [-scenarios LIST] [-runs 3] [-quick] [-peer] [-json FILE] [-pg URL] [-redis URL]
+//
+// Bench runs the scenarios of package bench in its own process, on fake
+// servers it serves on loopback, -runs times each, and prints one Markdown
+// table (scenario, metric, value, target, met?) of the medians, with the
+// lowest and highest runs, headed by the date, the Go version, the CPUs and
+// the load average at the start and the end, and followed by notes on what
+// each side did. -json writes the same as JSON. The scenarios: throughput
+// (zero-length jobs on K = 1, 4, 16, 64, 300 servers through the pool and
+// through a bare comfy.Client loop), dispatch (300 backends, 100,000 queued
+// jobs: prompt end to next POST), utilisation (N = 400 jobs of 200 ms on 8
+// servers against ceil(N/K)·d), affinity (warm affinity against round-robin
+// with model loads), million (a million jobs enqueued over one template),
+// failover (10% of prompts failing on 2 of 8 servers) and lease (the queue
+// drivers' lease throughput and pickup latency: in memory, and on
+// PostgreSQL and Redis with -pg and -redis, in a scratch schema or key
+// prefix removed afterwards).
+//
+// The peer, @saintno/comfyui-sdk's ComfyPool, is installed with npm into a
+// temporary folder at run time (never into the project; removed at the
+// end) and driven by a small Node.js script (peer.mjs, embedded in the
+// command) against the same servers in throughput (K <= 16), utilisation and
+// failover; the table sets its figures beside the pool's as ratios. Without
+// node, npm or the network the table says "peer: skipped (reason)" and the
+// rest runs.
+//
+// -quick runs every scenario once at a tiny size without the peer (unless
+// -peer is given) and checks only that every job completed: the command's
+// tests run it, so CI does. The full run takes about 6 to 8 minutes on 2
+// cores.
+//
+// Environment: COMFYPOOL_PG_URL, COMFYPOOL_REDIS_URL.
+//
 // # Exit status
 //
-// 0 when every job completed and its files were saved; 1 when a job failed,
-// no server was reachable or the run was interrupted; 2 for bad flags,
+// 0 when every job completed and its files were saved (bench: when every
+// scenario completed its jobs, whether its targets were met or not); 1 when
+// a job failed, no server was reachable or the run was interrupted; 2 for bad flags,
 // arguments or input files (a missing file, a workflow or batch line that is
 // not valid JSON, an override of a node the workflow lacks).
 //
@@ -90,4 +126,5 @@
 //	comfypool run -server 127.0.0.1:8188,127.0.0.1:8189,127.0.0.1:8190 -count 20 workflow_api.json
 //	comfypool run -server gpu-1=http://10.0.0.1:8188 -batch prompts.jsonl -out images workflow_api.json
 //	comfypool run -count 10 -fake-sampler-duration 1s   # no servers: a demo on fakes
+//	comfypool bench -pg postgres://postgres@127.0.0.1:5432/postgres -redis redis://127.0.0.1:6379 -json bench.json
 package main

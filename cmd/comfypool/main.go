@@ -33,7 +33,7 @@ func commands() []command {
 	return []command{
 		{"fake", "serve fake ComfyUI servers (comfytest) on local ports", runFake},
 		{"run", "run a workflow, or a batch of it, across ComfyUI servers", runRun},
-		{"bench", "the benchmark suite (not yet available)", runBench},
+		{"bench", "run the benchmark suite (beside a peer library) and print one table", runBench},
 	}
 }
 
@@ -140,8 +140,3 @@ func usagef(format string, args ...any) error {
 
 // badInput returns a *usageError for an input file that cannot be used.
 func badInput(err error) error { return &usageError{err: err} }
-
-// runBench is the bench subcommand's place until it exists.
-func runBench(ctx context.Context, e *env, args []string) error {
-	return errors.New("not yet: the benchmark suite is not part of this build")
-}
