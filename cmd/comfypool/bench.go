@@ -291,6 +291,7 @@ func benchThroughput(ctx context.Context, run int, s *sizes, peer bench.Peer, re
 		peerSide(rep, sc, r.Peer, r.PeerErr, func(p *bench.Side) {
 			rep.add(sc, "peer", unitJobsPerSec, p.JobsPerSecond(), nil)
 			rep.add(sc, "comfypool ÷ peer", unitTimes, r.Pool.JobsPerSecond()/p.JobsPerSecond(), nil)
+			rep.add(sc, "CPU per job peer ÷ comfypool (servers included)", unitTimes, ratio(p.CPUPerJob(), r.Pool.CPUPerJob()), nil)
 			rep.note(sc+" peer", describe(p, "every job given to its pool at once (pool.run), each a CallWrapper waited for until onFinished"))
 		})
 	}
@@ -442,7 +443,12 @@ type unit struct {
 }
 
 func (u unit) format(v float64) string {
-	return fmt.Sprintf("%.*f%s", u.prec, v*u.scale, u.suffix)
+	return u.number(v) + u.suffix
+}
+
+// number formats v without the suffix.
+func (u unit) number(v float64) string {
+	return fmt.Sprintf("%.*f", u.prec, v*u.scale)
 }
 
 // target is a metric's target: its text, and whether a value meets it.
@@ -582,7 +588,7 @@ func (r *report) markdown(w io.Writer) {
 	for _, row := range r.Rows {
 		v := row.unit.format(row.Median)
 		if len(row.Runs) > 1 {
-			v += fmt.Sprintf(" (%s–%s)", row.unit.format(slices.Min(row.Runs)), row.unit.format(slices.Max(row.Runs)))
+			v += fmt.Sprintf(" (%s–%s)", row.unit.number(slices.Min(row.Runs)), row.unit.number(slices.Max(row.Runs)))
 		}
 		met := ""
 		switch {

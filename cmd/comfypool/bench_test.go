@@ -217,7 +217,7 @@ func TestReport(t *testing.T) {
 	var out bytes.Buffer
 	rep.markdown(&out)
 	assert.Contains(t, out.String(), "| s | ratio | 0.910 (0.800–0.950) | ≥ 0.90 | yes |\n")
-	assert.Contains(t, out.String(), "| s | latency | 0.91 ms (0.80 ms–0.95 ms) | < 0.9 ms | **no** |\n")
+	assert.Contains(t, out.String(), "| s | latency | 0.91 ms (0.80–0.95) | < 0.9 ms | **no** |\n")
 	assert.Contains(t, out.String(), "| s | count | 1 (1–1) |  |  |\n")
 	assert.Contains(t, out.String(), "| t | **failed** | "+assert.AnError.Error()+" | | **no** |\n")
 	assert.Contains(t, out.String(), "- s: what it did\n")
