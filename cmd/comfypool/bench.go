@@ -284,7 +284,7 @@ func benchThroughput(ctx context.Context, run int, s *sizes, peer bench.Peer, re
 		rep.add(sc, "comfypool", unitJobsPerSec, r.Pool.JobsPerSecond(), nil)
 		rep.add(sc, "bare comfy.Client loop", unitJobsPerSec, r.Bare.JobsPerSecond(), nil)
 		rep.add(sc, "comfypool ÷ bare", unitRatio, r.Ratio(), atLeast(0.9, "≥ 0.90"))
-		rep.add(sc, "pool overhead per job (×K)", unitMS, seconds(r.Overhead()), nil)
+		rep.add(sc, "pool overhead per job, per server", unitMS, seconds(r.Overhead()), nil)
 		rep.add(sc, "CPU per job comfypool ÷ bare", unitRatio, ratio(r.Pool.CPUPerJob(), r.Bare.CPUPerJob()), nil)
 		rep.note(sc, fmt.Sprintf("%d server(s), %d zero-length jobs (EmptyImage 8x8 -> SaveImage, a colour each), one prompt at a time per server. %s. %s.",
 			k, r.Jobs, describePool(r.Pool, "enqueued over one template (Register, EnqueueTemplate) while it runs, enqueueing timed"), describe(r.Bare, "one comfy.Client per server, Client.Run in a loop over a shared list of jobs")))

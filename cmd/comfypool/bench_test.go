@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -77,6 +79,22 @@ func TestBenchQuick(t *testing.T) {
 		}
 	}
 	assert.Contains(t, rep.Notes["lease pgqueue"], "not run: no -pg URL")
+}
+
+// Without node and npm the peer is skipped, saying why, and the rest runs.
+func TestBenchPeerSkipped(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a bound on a hang, not a wait
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "bench", "-quick", "-peer", "-scenarios", "throughput")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cleanEnv(), "PATH="+t.TempDir()) // an empty folder: no node, no npm
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Run(), "stderr:\n%s", &errb)
+	assert.Contains(t, out.String(), "peer: skipped (node not found in PATH)")
+	assert.Contains(t, out.String(), "| throughput K=1 | comfypool | ")
+	assert.NotContains(t, out.String(), "| peer |")
 }
 
 // Bad flags are usage errors (exit status 2), before anything runs.
