@@ -122,6 +122,16 @@ func TestUtilisation(t *testing.T) {
 		assert.Greater(t, u, 0.0, s.Name)
 		assert.LessOrEqual(t, u, 1.0, s.Name)
 	}
+
+	// Two prompts in flight per backend: the next one waits in the
+	// server's queue; the ideal still bounds the makespan.
+	r, err = bench.Utilisation(t.Context(), &bench.UtilisationConfig{Backends: 2, Jobs: 5, NodeTime: 20 * time.Millisecond, MaxInFlight: 2})
+	require.NoError(t, err)
+	assert.Equal(t, 5, r.Pool.Completed)
+	assert.Equal(t, 5, r.Pool.Prompts)
+	assert.GreaterOrEqual(t, r.Pool.Elapsed, r.Ideal())
+	_, err = bench.Utilisation(t.Context(), &bench.UtilisationConfig{Backends: 2, Jobs: 5, NodeTime: 20 * time.Millisecond, MaxInFlight: -1})
+	assert.Error(t, err)
 }
 
 // Affinity runs the batch under both policies, every job completing.

@@ -63,11 +63,13 @@ type poolOptions struct {
 	// starts as the queue resumes. Otherwise the clock starts before the
 	// first Enqueue, and enqueueing is part of the measurement.
 	paused bool
-	logger *slog.Logger
+	// maxInFlight is each backend's MaxInFlight (0: 1).
+	maxInFlight int
+	logger      *slog.Logger
 }
 
-// runPool runs w through a new pool over f's servers, one prompt in flight
-// per backend, every job over one template (Register, then
+// runPool runs w through a new pool over f's servers, o.maxInFlight prompts
+// in flight per backend, every job over one template (Register, then
 // EnqueueTemplate): it starts the pool, waits for every backend to
 // connect, runs the jobs and stops the pool. Jobs that fail are counted,
 // not returned as an error.
@@ -83,7 +85,7 @@ func runPool(ctx context.Context, f *Fleet, w work, o poolOptions) (*Side, error
 	cfg := &pool.Config{Queue: q, Logger: o.logger, Policy: o.policy, MaxRetained: w.n, EventBuffer: 3*w.n + 16}
 	for i, s := range f.Servers {
 		cfg.Backends = append(cfg.Backends, pool.BackendConfig{
-			Name: BackendName(i), URL: s.URL,
+			Name: BackendName(i), URL: s.URL, MaxInFlight: o.maxInFlight,
 			Client: &comfy.ClientOptions{HTTPClient: s.Client(), Logger: o.logger},
 		})
 	}

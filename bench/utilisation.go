@@ -15,6 +15,11 @@ type UtilisationConfig struct {
 	// its server. Required.
 	Backends, Jobs int
 	NodeTime       time.Duration
+	// MaxInFlight is each backend's BackendConfig.MaxInFlight. Defaults
+	// to 1: the next prompt is sent when one ends, so that each job's
+	// dispatch overhead shows in the makespan. With 2, the next prompt
+	// waits in the server's queue and starts as the last one ends.
+	MaxInFlight int
 	// Peer, if set, runs the same jobs on the same servers after the pool.
 	Peer Peer
 	// Logger receives the pool's, the clients' and the servers' logs.
@@ -55,13 +60,13 @@ func (r *UtilisationResult) Utilisation(s *Side) float64 {
 }
 
 // Utilisation runs cfg.Jobs jobs of cfg.NodeTime each on cfg.Backends fake
-// servers on loopback through a pool, one prompt at a time per backend, the
-// jobs enqueued into the paused queue first, and measures its makespan
+// servers on loopback through a pool, cfg.MaxInFlight prompts at a time per
+// backend, the jobs enqueued into the paused queue first, and measures its makespan
 // against the ideal; then the peer's, when cfg.Peer is set. Every job of
 // the pool must complete.
 func Utilisation(ctx context.Context, cfg *UtilisationConfig) (*UtilisationResult, error) {
-	if cfg.Backends < 1 || cfg.Jobs < 1 || cfg.NodeTime <= 0 {
-		return nil, errors.New("bench: Utilisation needs at least one backend, one job and a node time")
+	if cfg.Backends < 1 || cfg.Jobs < 1 || cfg.NodeTime <= 0 || cfg.MaxInFlight < 0 {
+		return nil, errors.New("bench: Utilisation needs at least one backend, one job, a node time and a MaxInFlight not negative")
 	}
 	logger := quiet(cfg.Logger)
 	opts := serverOptions(logger)
@@ -72,7 +77,7 @@ func Utilisation(ctx context.Context, cfg *UtilisationConfig) (*UtilisationResul
 	defer f.Close()
 	r := &UtilisationResult{Backends: cfg.Backends, Jobs: cfg.Jobs, NodeTime: cfg.NodeTime}
 	var err error
-	if r.Pool, err = runPool(ctx, f, colourJobs(cfg.Jobs), poolOptions{paused: true, logger: logger}); err != nil {
+	if r.Pool, err = runPool(ctx, f, colourJobs(cfg.Jobs), poolOptions{paused: true, maxInFlight: cfg.MaxInFlight, logger: logger}); err != nil {
 		return nil, err
 	}
 	if err := complete(r.Pool); err != nil {
