@@ -152,7 +152,7 @@ func newBundle(t *testing.T, o *bundleOpts) *bundle {
 	require.NoError(t, err)
 	q := queue.New(d)
 	t.Cleanup(func() { _ = q.Close() })
-	pc := &pool.Config{Queue: q, Files: b.store, Logger: logger, BackoffMin: -1, OfflineTimeout: 300 * time.Millisecond, InterruptTimeout: time.Second}
+	pc := &pool.Config{Queue: q, Files: b.store, Logger: logger, BackoffMin: -1, OfflineTimeout: 2 * time.Second, InterruptTimeout: time.Second} // OfflineTimeout: tests post without heartbeats, on a loaded machine too
 	if o.pool != nil {
 		o.pool(pc)
 	}
