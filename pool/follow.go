@@ -433,13 +433,10 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 				final(ev)
 				return
 			}
-			if ev.Kind == last && (ev.Kind == EventJobStarted || ev.Kind == EventJobRetrying) {
-				if ev.Kind == EventJobStarted && ev.PromptID != "" {
-					startedFor = ev.PromptID // the record's next change names it
-				}
+			if ev.Kind == last && ev.Kind == EventJobRetrying {
 				continue // reported already from the record, which changed first
 			}
-			send(ev)
+			send(ev) // a start reported already is dropped there (startedFor)
 		case <-changed:
 			// Before reading: a change made while the record is read
 			// wakes the next round (else, were it the end, the Watch

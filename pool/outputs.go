@@ -140,18 +140,15 @@ func (p *WorkflowPool) fetchOutputs(ctx context.Context, js *jobState, b *backen
 		if err != nil {
 			return fmt.Errorf("pool: download output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
 		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, left+1))
+		data, err := readAtMost(resp.Body, left)
 		_ = resp.Body.Close()
+		if errors.Is(err, errTooLarge) {
+			return &OutputTooLargeError{File: f.Ref, Limit: limit}
+		}
 		if err != nil {
 			return fmt.Errorf("pool: download output %q from %s: %w", f.Ref.Filename, b.cfg.Name, err)
 		}
-		if int64(len(data)) > left {
-			return &OutputTooLargeError{File: f.Ref, Limit: limit}
-		}
 		left -= int64(len(data))
-		if data == nil {
-			data = []byte{}
-		}
 		f.Data, f.ContentType = data, resp.ContentType
 		if st := p.cfg.Files; st != nil {
 			ref, err := st.PutContentAddressed(ctx, outputsPrefix, bytes.NewReader(data), &files.PutOptions{ContentType: f.ContentType, Size: int64(len(data))})
@@ -197,4 +194,22 @@ func (p *WorkflowPool) storeOutputs(ctx context.Context, js *jobState, b *backen
 	js.downloads = got
 	p.mu.Unlock()
 	return nil
+}
+
+// errTooLarge is readAtMost's error for content over its limit.
+var errTooLarge = errors.New("pool: content over the download limit")
+
+// readAtMost reads r to its end, at most limit bytes (more gives
+// errTooLarge); empty content is a non-nil empty slice.
+func readAtMost(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case int64(len(data)) > limit:
+		return nil, errTooLarge
+	case data == nil:
+		data = []byte{}
+	}
+	return data, nil
 }

@@ -62,7 +62,6 @@ type WorkflowPool struct {
 	noSettle atomic.Bool // the queue keeps no settlement (settle.go)
 
 	mu       sync.Mutex
-	remotes  int // remote backends ever added (remote.go)
 	started  bool
 	stopping bool
 	stopped  bool

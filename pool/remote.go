@@ -97,9 +97,6 @@ func (p *WorkflowPool) AddRemote(ctx context.Context, bc BackendConfig, caps *qu
 	}
 	r := &RemoteBackend{p: p, b: b}
 	r.SetCapabilities(caps) // known now, unlike a dialled backend's
-	p.mu.Lock()
-	p.remotes++
-	p.mu.Unlock()
 	return r, nil
 }
 
@@ -213,13 +210,10 @@ func (p *WorkflowPool) remoteWake() <-chan struct{} {
 }
 
 // wakeRemotes wakes the remote backends' Lease calls (see remoteWake).
+// Without a Lease waiting there is no channel, and nothing to do: a
+// dispatch round of a Pool without remote backends takes no lock here but
+// remoteMu's.
 func (p *WorkflowPool) wakeRemotes() {
-	p.mu.Lock()
-	n := p.remotes
-	p.mu.Unlock()
-	if n == 0 {
-		return
-	}
 	p.remoteMu.Lock()
 	if p.remoteCh != nil {
 		close(p.remoteCh)
@@ -507,8 +501,6 @@ func (p *WorkflowPool) remoteOutputs(ctx context.Context, js *jobState, b *backe
 	return nil
 }
 
-var errTooLarge = errors.New("too large")
-
 // readStored reads a stored file of at most limit bytes.
 func (p *WorkflowPool) readStored(ctx context.Context, ref files.Ref, limit int64) ([]byte, error) {
 	r, err := p.cfg.Files.OpenRef(ctx, ref)
@@ -516,15 +508,5 @@ func (p *WorkflowPool) readStored(ctx context.Context, ref files.Ref, limit int6
 		return nil, err
 	}
 	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, errTooLarge
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	return data, nil
+	return readAtMost(r, limit)
 }

@@ -109,12 +109,12 @@ func (p *WorkflowPool) sweepUnsettled() bool {
 // settled.
 func (p *WorkflowPool) settleRecord(qj *queue.Job) {
 	s, err := decodeSpec(qj.Payload)
-	if err != nil || !s.Reserved || p.cfg.Accounting == nil {
-		if err == nil && s.Reserved {
-			p.log.Warn("an unsettled job was reserved with an Accounting and this Pool has none: left for a Pool that has one", "job_id", qj.ID)
-			return
-		}
-		p.markSettled(qj.ID)
+	switch {
+	case err != nil || !s.Reserved:
+		p.markSettled(qj.ID) // nothing to settle
+		return
+	case p.cfg.Accounting == nil:
+		p.log.Warn("an unsettled job was reserved with an Accounting and this Pool has none: left for a Pool that has one", "job_id", qj.ID)
 		return
 	}
 	ev := p.terminalEvent(qj) // follow.go: the result or error Wait would answer
