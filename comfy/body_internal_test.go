@@ -52,3 +52,38 @@ func TestReadLimited(t *testing.T) {
 	_, err = readLimited(io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom)), 100, 10)
 	assert.ErrorIs(t, err, boom)
 }
+
+func TestReadMessage(t *testing.T) {
+	t.Parallel()
+	data := bytes.Repeat([]byte("0123456789"), 10_000)
+	for _, tt := range []struct {
+		name      string
+		n         int   // bytes the reader holds
+		limit     int64 // scratch is 1 000 bytes
+		inScratch bool
+		tooLarge  bool
+	}{
+		{"empty", 0, 10, true, false},
+		{"fits the scratch", 999, 100_000, true, false},
+		{"fills the scratch", 1000, 100_000, false, false},
+		{"longer than the scratch", 100_000, 100_000, false, false},
+		{"over a limit above the scratch", 100_000, 99_999, false, true},
+		{"exactly a limit below the scratch", 500, 500, true, false},
+		{"over a limit below the scratch", 501, 500, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			scratch := make([]byte, 1000)
+			got, inScratch, err := readMessage(iotest.HalfReader(bytes.NewReader(data[:tt.n])), tt.limit, scratch)
+			if tt.tooLarge {
+				assert.ErrorIs(t, err, errTooLarge)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, data[:tt.n], got)
+			assert.Equal(t, tt.inScratch, inScratch)
+		})
+	}
+	boom := errors.New("boom")
+	_, _, err := readMessage(io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom)), 100, make([]byte, 10))
+	assert.ErrorIs(t, err, boom)
+}

@@ -1,6 +1,7 @@
 package comfy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -267,6 +268,7 @@ func (s *session) serve(ctx context.Context, conn *websocket.Conn, clientID stri
 // arrive on the read path) and returns the error that ended the connection.
 func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan struct{}) error {
 	limit := s.c.opts.ReadLimit
+	scratch := make([]byte, firstChunk) // reused: most messages are a few hundred bytes
 	for first := true; ; first = false {
 		// Not conn.Read: its io.ReadAll costs several times the limit
 		// for a message that is too large.
@@ -274,7 +276,10 @@ func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan s
 		if err != nil {
 			return err
 		}
-		data, err := readLimited(r, limit, -1)
+		data, inScratch, err := readMessage(r, limit, scratch)
+		if inScratch && typ == websocket.MessageBinary {
+			data = bytes.Clone(data) // a preview keeps its image: not the scratch's next message
+		}
 		if errors.Is(err, errTooLarge) {
 			return fmt.Errorf("comfy: websocket message larger than %d bytes: %w", limit, websocket.ErrMessageTooBig)
 		}

@@ -110,6 +110,33 @@ func readLimited(r io.Reader, limit, size int64) ([]byte, error) {
 	return out, nil
 }
 
+// readMessage reads r to its end as readLimited does, but into scratch
+// when it fits there: then the data returned is scratch's (inScratch), good
+// until scratch is used again, and costs no allocation. Text messages are
+// decoded into values of their own (encoding/json copies), so a reader
+// reusing one scratch for every message allocates only for what it keeps.
+func readMessage(r io.Reader, limit int64, scratch []byte) (data []byte, inScratch bool, err error) {
+	head := scratch[:min(int64(len(scratch)), limit+1)]
+	n, err := fill(r, head)
+	if err == io.EOF {
+		return head[:n], true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if int64(n) > limit {
+		return nil, false, errTooLarge
+	}
+	rest, err := readLimited(r, limit-int64(n), -1)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]byte, n+len(rest))
+	copy(out, head[:n])
+	copy(out[n:], rest)
+	return out, false, nil
+}
+
 // fill reads into b until it is full (nil error) or r ends (io.EOF, with
 // the bytes read before) or fails. Unlike io.ReadFull it keeps a reader's
 // own io.ErrUnexpectedEOF (a body cut short) distinct from the end.

@@ -480,6 +480,39 @@ func TestLargePreviewIntact(t *testing.T) {
 	}
 }
 
+// TestSmallPreviewsIntact: a preview small enough to be read into the
+// socket reader's reused buffer keeps its own bytes after the messages
+// that follow it were read.
+func TestSmallPreviewsIntact(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 10
+	srv := loopback(t, &comfytest.Options{Nodes: withNode("FakeSampler", func(b *comfytest.NodeBehavior) {
+		b.PreviewBytes = size
+	})})
+	c := runClient(t, srv, nil)
+	rec := newRecorder()
+	_, err := c.Run(t.Context(), samplerWF(t, 12, 4), &comfy.RunOptions{OnMessage: rec.on})
+	require.NoError(t, err)
+	n := 0
+	for _, m := range rec.all() {
+		p, ok := m.(*comfy.Preview)
+		if !ok {
+			continue
+		}
+		n++
+		img := p.Image
+		require.Len(t, img, size)
+		assert.Equal(t, []byte{0xFF, 0xD8, 0xFF, 0xE0}, img[:4])
+		assert.Equal(t, []byte{0xFF, 0xD9}, img[len(img)-2:])
+		for i := 4; i < len(img)-2; i++ {
+			if img[i] != byte(i) {
+				t.Fatalf("preview %d: byte %d = %d, want %d", n, i, img[i], byte(i))
+			}
+		}
+	}
+	assert.Equal(t, 4, n)
+}
+
 func TestConcurrentSubmits(t *testing.T) {
 	t.Parallel()
 	srv := loopback(t, nil)
