@@ -149,7 +149,7 @@ type imageCache struct {
 // never refers back before its own start).
 type rowSegs struct {
 	head []byte         // the 3w-3 zero bytes that end the first row
-	rows []byte         // k rows of [2 (Up filter), 3w zero bytes]
+	rows []byte         // k rows of [2 (Up filter), 3w zero bytes]; nil until an image has k rows
 	k    int            // rows in rows
 	rest map[int][]byte // n < k such rows, by n
 }
@@ -175,11 +175,21 @@ func deflateSeg(n, rowLen int, first byte) []byte {
 		}
 	}
 	var b bytes.Buffer
-	fw, _ := flate.NewWriter(&b, flate.BestSpeed)
+	fw, _ := flateWriters.Get().(*flate.Writer)
+	if fw == nil {
+		fw, _ = flate.NewWriter(&b, flate.BestSpeed)
+	} else {
+		fw.Reset(&b)
+	}
 	_, _ = fw.Write(raw)
 	_ = fw.Flush()
+	flateWriters.Put(fw)
 	return b.Bytes()
 }
+
+// flateWriters reuses deflateSeg's writers: each holds about a megabyte of
+// tables, and every Server's first image of a width needs two.
+var flateWriters sync.Pool
 
 // segs returns the segments for width w and the one for n remaining rows.
 func (c *imageCache) segs(w, n int) (*rowSegs, []byte) {
@@ -192,8 +202,11 @@ func (c *imageCache) segs(w, n int) (*rowSegs, []byte) {
 		}
 		rowLen := 3*w + 1
 		k := max(1, (256<<10)/rowLen)
-		rs = &rowSegs{head: deflateSeg(3*w-3, rowLen, 0), rows: deflateSeg(k*rowLen, rowLen, 2), k: k, rest: map[int][]byte{}}
+		rs = &rowSegs{head: deflateSeg(3*w-3, rowLen, 0), k: k, rest: map[int][]byte{}}
 		c.widths[w] = rs
+	}
+	if n >= rs.k && rs.rows == nil { // only images of k rows or more repeat it
+		rs.rows = deflateSeg(rs.k*(3*w+1), 3*w+1, 2)
 	}
 	n %= rs.k
 	rest, ok := rs.rest[n]
