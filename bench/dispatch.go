@@ -101,10 +101,11 @@ type DispatchResult struct {
 	// server to its client beginning the GET /history/{id} of it: the end
 	// marker's transit and the client's handling of it.
 	EndToHistory Latency
-	// HistoryToPost is, per backend, the time from the client having the
-	// /history answer of a prompt to it beginning the next POST /prompt
-	// (see the package documentation).
-	HistoryToPost Latency
+	// AskToPost is, per backend, the time from the client beginning the
+	// GET /history/{id} of a prompt that ended (which it does once it
+	// handed the end marker to the pool) to it beginning the next POST
+	// /prompt: the pool's share (see the package documentation).
+	AskToPost Latency
 }
 
 // Dispatch enqueues cfg.Jobs jobs, runs cfg.Runs of them on cfg.Backends
@@ -236,7 +237,7 @@ func Dispatch(ctx context.Context, cfg *DispatchConfig) (*DispatchResult, error)
 	}
 	res.EndToPost = Summarize(g.endToPost)
 	res.EndToHistory = Summarize(g.endToHistory)
-	res.HistoryToPost = Summarize(g.historyToPost)
+	res.AskToPost = Summarize(g.askToPost)
 	return res, nil
 }
 
@@ -333,11 +334,10 @@ func wait(ctx context.Context, ended <-chan pool.Event, n int) error {
 }
 
 // stamps records, for one backend, when its client began each GET
-// /history/{id} (asked), had its answer (read to the end and closed), and
-// began each POST /prompt.
+// /history/{id} (asked) and each POST /prompt.
 type stamps struct {
-	mu                     sync.Mutex
-	asked, answered, posts []time.Time
+	mu           sync.Mutex
+	asked, posts []time.Time
 }
 
 func (s *stamps) add(to *[]time.Time, t time.Time) {
@@ -348,19 +348,20 @@ func (s *stamps) add(to *[]time.Time, t time.Time) {
 
 // gaps collects the measured intervals of every backend.
 type gaps struct {
-	endToPost, endToHistory, historyToPost []time.Duration
+	endToPost, endToHistory, askToPost []time.Duration
 }
 
 // add adds the intervals of one backend, from the prompts its server
 // received and its client's stamps, and returns the number of accepted
 // prompts. For each accepted prompt that ended and was followed by
-// another, the window from its end to the next prompt's arrival holds the
-// client's first /history request after the end, its last /history
-// answer, and its POST of the next prompt.
+// another: the client's first /history request after the end (before the
+// next prompt ended), and its last POST before the next prompt arrived.
+// The pool frees the backend when the end marker arrives, so the POST
+// may begin before the /history request: that counts as zero.
 func (g *gaps) add(ps []comfytest.ReceivedPrompt, st *stamps) (accepted int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, ts := range [][]time.Time{st.asked, st.answered, st.posts} {
+	for _, ts := range [][]time.Time{st.asked, st.posts} {
 		slices.SortFunc(ts, time.Time.Compare)
 	}
 	for k, pr := range ps {
@@ -373,12 +374,13 @@ func (g *gaps) add(ps []comfytest.ReceivedPrompt, st *stamps) (accepted int) {
 		}
 		end, next := pr.Ended, ps[k+1].Received
 		g.endToPost = append(g.endToPost, next.Sub(end))
-		if i := after(st.asked, end); i < len(st.asked) && st.asked[i].Before(next) {
-			g.endToHistory = append(g.endToHistory, st.asked[i].Sub(end))
+		i := after(st.asked, end)
+		if i == len(st.asked) || !ps[k+1].Ended.IsZero() && st.asked[i].After(ps[k+1].Ended) {
+			continue
 		}
-		a, p := after(st.answered, next)-1, after(st.posts, next)-1
-		if a >= 0 && p >= 0 && st.answered[a].After(end) && st.posts[p].After(st.answered[a]) {
-			g.historyToPost = append(g.historyToPost, st.posts[p].Sub(st.answered[a]))
+		g.endToHistory = append(g.endToHistory, st.asked[i].Sub(end))
+		if p := after(st.posts, next) - 1; p >= 0 && st.posts[p].After(end) {
+			g.askToPost = append(g.askToPost, max(st.posts[p].Sub(st.asked[i]), 0))
 		}
 	}
 	return accepted
@@ -402,26 +404,8 @@ func (t *stampTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/prompt") {
 		t.st.add(&t.st.posts, time.Now())
 	}
-	history := r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/history/")
-	if history {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/history/") {
 		t.st.add(&t.st.asked, time.Now())
 	}
-	resp, err := t.base.RoundTrip(r)
-	if err == nil && history {
-		resp.Body = &stampedBody{ReadCloser: resp.Body, done: func() { t.st.add(&t.st.answered, time.Now()) }}
-	}
-	return resp, err
-}
-
-// stampedBody calls done once, when the body is closed.
-type stampedBody struct {
-	io.ReadCloser
-	once sync.Once
-	done func()
-}
-
-func (b *stampedBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.done)
-	return err
+	return t.base.RoundTrip(r)
 }

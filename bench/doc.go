@@ -51,18 +51,18 @@
 //     the next POST /prompt ([comfytest.ReceivedPrompt].Received). It
 //     includes both transits (the end marker to the client, the next
 //     prompt to the server: net.Pipe in memory, TCP on loopback), the
-//     client's GET /history of the finished prompt (the comfy client
-//     reads the result before it reports the prompt done), and the pool's
-//     own work: settling the job in the queue, freeing the slot, waking
-//     the dispatcher, leasing the next job and posting it.
+//     client's decoding of the marker, and the pool's own work: freeing
+//     the slot (the pool frees a backend when its prompt's end marker
+//     arrives, and reads the finished prompt's history meanwhile), waking
+//     the dispatcher, leasing the next job, writing its attempt down and
+//     posting it.
 //   - EndToHistory: from that end to the client beginning its GET
 //     /history/{id} of the prompt (taken by a wrapper of the backend's
 //     HTTP transport): the end marker's transit and the client's handling
-//     of it.
-//   - HistoryToPost, taken on the client: from the moment the client had
-//     the /history answer of a prompt (read and closed) to the moment it
-//     began sending the next POST /prompt. It is the pool's share of
-//     EndToPost, with the transits and the history request taken out.
+//     of it, the pool's freeing of the slot included.
+//   - AskToPost, taken on the client: from that GET /history/{id} to the
+//     client beginning the next POST /prompt (zero when the POST began
+//     first): the pool's share of EndToPost, with the transits taken out.
 //
 // Everything runs in one process, so the servers, the clients and the
 // pool share its CPUs: the figures depend on the machine and on its load.

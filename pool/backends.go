@@ -35,11 +35,12 @@ type backend struct {
 
 	// Guarded by Pool.mu.
 	inflight   int       // slots taken: running jobs, and a lease in progress
+	finishing  int       // jobs whose prompt ended (slot freed) still reading their results from it
 	leasing    int       // of inflight, the lease in progress (not a prompt)
 	last       string    // workflow completed last
 	graceUntil time.Time // no new job before (reconnect grace)
 	draining   bool      // takes no new job
-	removed    bool      // out of the Pool; closes idle when inflight is 0
+	removed    bool      // out of the Pool; closes idle when no job uses it (see busyLocked)
 	idle       chan struct{}
 	closing    bool // its client is being (or was) closed
 }
@@ -272,7 +273,7 @@ func (p *WorkflowPool) DrainBackend(ctx context.Context, name string) error {
 		return err
 	}
 	b.draining = true
-	if b.inflight == 0 {
+	if !b.busyLocked() {
 		p.removeLocked(b)
 	}
 	p.mu.Unlock()
@@ -307,7 +308,7 @@ func (p *WorkflowPool) removeLocked(b *backend) {
 // idleLocked closes b.idle and b's client when b is removed and runs no
 // job. Caller holds p.mu.
 func (p *WorkflowPool) idleLocked(b *backend) {
-	if b.inflight > 0 {
+	if b.busyLocked() {
 		return
 	}
 	if b.lease.handover {
@@ -357,3 +358,7 @@ func (p *WorkflowPool) liveBackendLocked(name string) (*backend, error) {
 	}
 	return b, nil
 }
+
+// busyLocked reports whether a job of this Pool uses b: a slot taken, or a
+// job whose prompt ended still reading its results. Caller holds p.mu.
+func (b *backend) busyLocked() bool { return b.inflight > 0 || b.finishing > 0 }

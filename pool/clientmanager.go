@@ -71,13 +71,27 @@ func (m roundMark) newer(p *WorkflowPool, qj *queue.Job, prefer []string) bool {
 	return qj.EnqueuedAt.After(m.at) || p.enqueued.Load() != m.enqueued
 }
 
-// claim lists the backends that may take a job now.
+// claimScratch holds what claim reuses from one round to the next: a
+// round runs whenever a slot frees or a job arrives, and with hundreds of
+// backends its lists would otherwise be most of the dispatcher's garbage.
+type claimScratch struct {
+	connected   []bool
+	serverQueue []int
+	cands       []Candidate
+	byName      map[string]*backend
+}
+
+// claim lists the backends that may take a job now. The round it returns
+// is good until the next claim (it reuses p.claimed); only the dispatcher
+// calls it.
 func (p *WorkflowPool) claim() claimRound {
 	// Client states are read before taking p.mu: the client's own lock
 	// is never taken under the Pool's.
 	list := p.list()
-	connected := make([]bool, len(list))
-	serverQueue := make([]int, len(list))
+	sc := &p.claimed
+	connected := slices.Grow(sc.connected[:0], len(list))[:len(list)]
+	serverQueue := slices.Grow(sc.serverQueue[:0], len(list))[:len(list)]
+	sc.connected, sc.serverQueue = connected, serverQueue
 	for i, b := range list {
 		// A remote backend is never claimed: its worker leases (remote.go).
 		connected[i] = b.client != nil && b.client.State() == comfy.StateConnected
@@ -94,8 +108,12 @@ func (p *WorkflowPool) claim() claimRound {
 		}
 		preferred[name] = slices.Sorted(maps.Keys(hashes))
 	}
-	var cands []Candidate
-	byName := map[string]*backend{}
+	cands := sc.cands[:0]
+	if sc.byName == nil {
+		sc.byName = map[string]*backend{}
+	}
+	byName := sc.byName
+	clear(byName)
 	for i, b := range list {
 		if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready || !p.heldLocked(b, now) || b.lease.handover {
 			continue
@@ -109,5 +127,7 @@ func (p *WorkflowPool) claim() claimRound {
 		byName[b.cfg.Name] = b
 	}
 	p.mu.Unlock()
+	clear(cands[len(cands):cap(cands)]) // no stale Last strings kept alive
+	sc.cands = cands
 	return claimRound{cands: cands, byName: byName, preferred: preferred, seen: seen}
 }

@@ -173,31 +173,68 @@ func (p *WorkflowPool) leaseOne(b *backend, prefer []string) *queue.Job {
 }
 
 // slot is the backend slot a runner holds (see lease and runJob). It is
-// freed exactly once: by finish when the runner's job ends (so that the
-// backend is free before Wait returns or the terminal event is
-// published), else when the runner returns (requeue, retry).
+// freed exactly once, by the first of: the server reporting the prompt
+// ran to its end (executing with no node: the server's queue is free, so
+// the next prompt is posted while this job reads its history and
+// outputs), finish when the runner's job ends (so that the backend is
+// free before Wait returns or the terminal event is published), and the
+// runner returning (requeue, retry).
 type slot struct {
-	b     *backend
-	freed bool // guarded by Pool.mu
+	b *backend
+	// Guarded by Pool.mu: freed once the slot is free for another
+	// prompt; ended once the job no longer uses the backend at all (a
+	// slot freed at its prompt's end counts in b.finishing until then).
+	freed, ended bool
 }
 
-// freeLocked frees sl unless it was freed, and reports whether it did
-// (then the caller wakes the dispatcher). Caller holds p.mu.
+// freeLocked frees sl for good (see slot) unless it was, and reports
+// whether it freed a slot (then the caller wakes the dispatcher). Caller
+// holds p.mu.
 func (p *WorkflowPool) freeLocked(sl *slot) bool {
-	if sl == nil || sl.freed {
+	if sl == nil || sl.ended {
+		return false
+	}
+	sl.ended = true
+	freed := p.releaseLocked(sl)
+	if !freed {
+		sl.b.finishing--
+	}
+	p.idleLocked(sl.b)
+	return freed
+}
+
+// releaseLocked frees sl's slot for another prompt unless it was, and
+// reports whether it did. Caller holds p.mu.
+func (p *WorkflowPool) releaseLocked(sl *slot) bool {
+	if sl.freed {
 		return false
 	}
 	sl.freed = true
 	sl.b.inflight--
-	p.idleLocked(sl.b)
 	kick(sl.b.caps.kickVRAM) // capabilities.go: a prompt ended, its free VRAM changed
 	return true
 }
 
-// free frees sl unless it was freed, and wakes the dispatcher.
+// free frees sl for good unless it was, and wakes the dispatcher.
 func (p *WorkflowPool) free(sl *slot) {
 	p.mu.Lock()
 	freed := p.freeLocked(sl)
+	p.mu.Unlock()
+	if freed {
+		p.poke()
+	}
+}
+
+// promptEnded frees sl's slot for the backend's next prompt when the
+// server reports sl's prompt ran to its end, while the job goes on reading
+// its results (the backend counts it in finishing until free), and wakes
+// the dispatcher.
+func (p *WorkflowPool) promptEnded(sl *slot) {
+	p.mu.Lock()
+	freed := !sl.ended && p.releaseLocked(sl)
+	if freed {
+		sl.b.finishing++
+	}
 	p.mu.Unlock()
 	if freed {
 		p.poke()
@@ -303,7 +340,16 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		emitStarted(promptID) // a message for the prompt means the server accepted it
 		ev := Event{JobID: js.id, Backend: rb.cfg.Name, Attempt: attemptNo, PromptID: promptID}
 		switch m := m.(type) {
-		case *comfy.ExecutionStart, *comfy.Executing, *comfy.ExecutionCached:
+		case *comfy.Executing:
+			execOnce.Do(func() { close(execStarted) })
+			if m.Done() && hand == nil {
+				// The server ran the prompt to its end: its queue is free
+				// for the next one while this job reads its history and
+				// outputs (see slot).
+				p.promptEnded(sl)
+			}
+			return
+		case *comfy.ExecutionStart, *comfy.ExecutionCached:
 			execOnce.Do(func() { close(execStarted) })
 			return
 		case *comfy.Progress:

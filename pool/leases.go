@@ -432,7 +432,7 @@ func (p *WorkflowPool) balance(ctx context.Context, share int) {
 	}
 	// Give back the idlest first (the last, sorted by jobs in flight,
 	// most first): a backend with no job in flight goes at once.
-	slices.SortStableFunc(kept, func(a, b *backend) int { return b.inflight - a.inflight })
+	slices.SortStableFunc(kept, func(a, b *backend) int { return b.inflight + b.finishing - a.inflight - a.finishing })
 	for len(kept) > share {
 		b := kept[len(kept)-1]
 		kept = kept[:len(kept)-1]
@@ -450,7 +450,7 @@ func (p *WorkflowPool) balance(ctx context.Context, share int) {
 			kept = append(kept, b)
 			resumed = true
 			p.log.Info("backend handover called off: within this pool's share again", "backend", b.cfg.Name, "share", share)
-		case b.inflight == 0:
+		case !b.busyLocked():
 			release = append(release, b)
 		}
 	}
@@ -469,7 +469,7 @@ func (p *WorkflowPool) handOver(ctx context.Context, b *backend) {
 	b.lease.mu.Lock()
 	defer b.lease.mu.Unlock()
 	p.mu.Lock()
-	if b.lease.released || !b.lease.handover || b.inflight > 0 {
+	if b.lease.released || !b.lease.handover || b.busyLocked() {
 		p.mu.Unlock()
 		return
 	}

@@ -51,7 +51,8 @@ type Candidate struct {
 // The dispatcher calls a Policy from one goroutine, on its hot path: it must
 // be quick and must not block.
 type Policy interface {
-	// Order sorts the free backends in place; the first leases first.
+	// Order sorts the free backends in place; the first leases first. It
+	// must not keep free: the dispatcher reuses it.
 	Order(free []Candidate)
 	// Prefer returns the structure hashes c prefers among eligible jobs of
 	// the same priority, best first (nil: oldest first).

@@ -40,6 +40,9 @@ type WorkflowPool struct {
 	nextIndex   int           // guarded by mu
 	listChanged chan struct{} // guarded by mu; closed when backends changes (see backendsChanged)
 	events      bus
+	// claimed is the dispatcher's scratch for claim, reused every round
+	// (only the dispatcher goroutine touches it).
+	claimed claimScratch
 
 	wake      chan struct{}   // 1-buffered, coalescing: dispatcher wake-up
 	wakeArmed atomic.Bool     // a delayed wake-up is pending (pokeLater)

@@ -7,7 +7,9 @@ package pool_test
 import (
 	"cmp"
 	"context"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,5 +156,49 @@ func TestPreferBackendsJobEnqueuedDuringDispatch(t *testing.T) {
 		res, err = b.pool.Wait(t.Context(), x)
 		require.NoError(t, err)
 		assert.Equal(t, "gpu-0", res.Backend)
+	})
+}
+
+// gateHistory is a transport that holds every GET /history/{id} until
+// release is closed (or the request's context ends).
+type gateHistory struct {
+	base    http.RoundTripper
+	release chan struct{}
+}
+
+func (g *gateHistory) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/history/") {
+		select {
+		case <-g.release:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return g.base.RoundTrip(r)
+}
+
+// A backend is free for its next prompt as soon as the server reports the
+// last one ended: the next job is posted while the pool still reads the
+// last one's history (which takes a round trip, or several on a server
+// that writes it late), not after.
+func TestBackendFreeAtPromptEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		b := setup(t, 1, nil, func(c *pool.Config) {
+			c.Backends[0].Client.HTTPClient = &http.Client{Transport: &gateHistory{base: c.Backends[0].Client.HTTPClient.Transport, release: release}}
+		})
+		synctest.Wait()
+		first, err := b.pool.Enqueue(t.Context(), zeroWF(t, 1), nil)
+		require.NoError(t, err)
+		second, err := b.pool.Enqueue(t.Context(), zeroWF(t, 2), nil)
+		require.NoError(t, err)
+		synctest.Wait() // the first prompt ended; its history is held
+		assert.Len(t, b.servers[0].Prompts(), 2, "the second job is posted while the first one's history is read")
+		close(release)
+		for _, id := range []string{first, second} {
+			res, err := b.pool.Wait(t.Context(), id)
+			require.NoError(t, err)
+			assert.Len(t, res.Files(), 1)
+		}
 	})
 }

@@ -309,8 +309,8 @@ func benchDispatch(ctx context.Context, s *sizes, rep *report) error {
 	sc := fmt.Sprintf("dispatch %d backends, %d queued", r.Backends, r.Jobs)
 	rep.add(sc, "prompt end → next POST p50", unitMS, seconds(r.EndToPost.P50), nil)
 	rep.add(sc, "prompt end → next POST p99", unitMS, seconds(r.EndToPost.P99), below(0.002, "< 2 ms"))
-	rep.add(sc, "pool's part (history answer → POST) p50", unitMS, seconds(r.HistoryToPost.P50), nil)
-	rep.add(sc, "pool's part (history answer → POST) p99", unitMS, seconds(r.HistoryToPost.P99), nil)
+	rep.add(sc, "pool's part (end handled → POST) p50", unitMS, seconds(r.AskToPost.P50), nil)
+	rep.add(sc, "pool's part (end handled → POST) p99", unitMS, seconds(r.AskToPost.P99), nil)
 	rep.add(sc, "throughput", unitJobsPerSec, float64(r.Runs)/r.Elapsed.Seconds(), nil)
 	rep.add(sc, "retries", unitCount, float64(r.Retries), nil)
 	rep.note(sc, fmt.Sprintf("in-memory servers (net.Pipe), prompts of %v on average (server i of n: (1/2 + i/n) of it), %d jobs queued before the queue resumed, the first %d run (%d prompts), the rest stay queued; latencies per backend over %d gaps (bench.Dispatch).",
