@@ -226,14 +226,17 @@ func (p *WorkflowPool) free(sl *slot) {
 }
 
 // promptEnded frees sl's slot for the backend's next prompt when the
-// server reports sl's prompt ran to its end, while the job goes on reading
-// its results (the backend counts it in finishing until free), and wakes
-// the dispatcher.
-func (p *WorkflowPool) promptEnded(sl *slot) {
+// server reports sl's prompt, of workflow hash, ran to its end, while the
+// job goes on reading its results (the backend counts it in finishing
+// until free), and wakes the dispatcher. The workflow is the backend's
+// warm one from now on (its models are the ones loaded), so that the
+// next lease prefers it.
+func (p *WorkflowPool) promptEnded(sl *slot, hash string) {
 	p.mu.Lock()
 	freed := !sl.ended && p.releaseLocked(sl)
 	if freed {
 		sl.b.finishing++
+		sl.b.last = hash
 	}
 	p.mu.Unlock()
 	if freed {
@@ -328,6 +331,10 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	promptID := uuid.NewString()
 	var startedOnce, execOnce sync.Once
 	execStarted := make(chan struct{})
+	// posted is set once this runner posts its prompt to b (not a prompt
+	// taken over, nor a remote worker's): only then does the prompt's end
+	// free b's slot early (see slot).
+	var posted atomic.Bool
 	emitStarted := func(id string) {
 		startedOnce.Do(func() {
 			p.mu.Lock()
@@ -342,11 +349,11 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		switch m := m.(type) {
 		case *comfy.Executing:
 			execOnce.Do(func() { close(execStarted) })
-			if m.Done() && hand == nil {
+			if m.Done() && posted.Load() {
 				// The server ran the prompt to its end: its queue is free
 				// for the next one while this job reads its history and
 				// outputs (see slot).
-				p.promptEnded(sl)
+				p.promptEnded(sl, js.hash)
 			}
 			return
 		case *comfy.ExecutionStart, *comfy.ExecutionCached:
@@ -442,6 +449,7 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		return
 	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
+	posted.Store(true)
 	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg,
 		ExtraData: map[string]any{extraJobKey: js.id}}) // inputs.go: uploads input files first
 	if (errors.Is(err, errStartTimeout) || errors.Is(err, context.Canceled)) && errors.Is(context.Cause(cutCtx), errStartTimeout) {
