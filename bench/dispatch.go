@@ -333,16 +333,29 @@ func wait(ctx context.Context, ended <-chan pool.Event, n int) error {
 	return nil
 }
 
-// stamps records, for one backend, when its client began each GET
-// /history/{id} (asked) and each POST /prompt.
+// stamps records, for one backend, when its client began its first GET
+// /history/{id} of each prompt (asked, by prompt id) and each POST
+// /prompt.
 type stamps struct {
-	mu           sync.Mutex
-	asked, posts []time.Time
+	mu    sync.Mutex
+	asked map[string]time.Time
+	posts []time.Time
 }
 
-func (s *stamps) add(to *[]time.Time, t time.Time) {
+func (s *stamps) post(t time.Time) {
 	s.mu.Lock()
-	*to = append(*to, t)
+	s.posts = append(s.posts, t)
+	s.mu.Unlock()
+}
+
+func (s *stamps) ask(id string, t time.Time) {
+	s.mu.Lock()
+	if _, ok := s.asked[id]; !ok {
+		if s.asked == nil {
+			s.asked = map[string]time.Time{}
+		}
+		s.asked[id] = t
+	}
 	s.mu.Unlock()
 }
 
@@ -354,16 +367,14 @@ type gaps struct {
 // add adds the intervals of one backend, from the prompts its server
 // received and its client's stamps, and returns the number of accepted
 // prompts. For each accepted prompt that ended and was followed by
-// another: the client's first /history request after the end (before the
-// next prompt ended), and its last POST before the next prompt arrived.
-// The pool frees the backend when the end marker arrives, so the POST
-// may begin before the /history request: that counts as zero.
+// another: the client's first /history request of it, and its last POST
+// before the next prompt arrived. The pool frees the backend when the end
+// marker arrives, so the POST may begin before the /history request: that
+// counts as zero.
 func (g *gaps) add(ps []comfytest.ReceivedPrompt, st *stamps) (accepted int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, ts := range [][]time.Time{st.asked, st.posts} {
-		slices.SortFunc(ts, time.Time.Compare)
-	}
+	slices.SortFunc(st.posts, time.Time.Compare)
 	for k, pr := range ps {
 		if pr.Status != http.StatusOK {
 			continue
@@ -374,13 +385,13 @@ func (g *gaps) add(ps []comfytest.ReceivedPrompt, st *stamps) (accepted int) {
 		}
 		end, next := pr.Ended, ps[k+1].Received
 		g.endToPost = append(g.endToPost, next.Sub(end))
-		i := after(st.asked, end)
-		if i == len(st.asked) || !ps[k+1].Ended.IsZero() && st.asked[i].After(ps[k+1].Ended) {
+		asked, ok := st.asked[pr.PromptID]
+		if !ok {
 			continue
 		}
-		g.endToHistory = append(g.endToHistory, st.asked[i].Sub(end))
+		g.endToHistory = append(g.endToHistory, asked.Sub(end))
 		if p := after(st.posts, next) - 1; p >= 0 && st.posts[p].After(end) {
-			g.askToPost = append(g.askToPost, max(st.posts[p].Sub(st.asked[i]), 0))
+			g.askToPost = append(g.askToPost, max(st.posts[p].Sub(asked), 0))
 		}
 	}
 	return accepted
@@ -402,10 +413,10 @@ type stampTransport struct {
 // RoundTrip implements http.RoundTripper.
 func (t *stampTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/prompt") {
-		t.st.add(&t.st.posts, time.Now())
+		t.st.post(time.Now())
 	}
-	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/history/") {
-		t.st.add(&t.st.asked, time.Now())
+	if _, id, ok := strings.Cut(r.URL.Path, "/history/"); ok && r.Method == http.MethodGet {
+		t.st.ask(id, time.Now())
 	}
 	return t.base.RoundTrip(r)
 }
