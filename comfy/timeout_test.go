@@ -67,7 +67,20 @@ func pipeServer(t *testing.T, h http.HandlerFunc, opts *comfy.ClientOptions) (*c
 	// Handlers end with their request's context, which a server cancels
 	// on a hang-up only once it reads: base ends them all at stop.
 	base, cancel := context.WithCancel(context.Background())
-	srv := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base }}
+	// conns counts the server's connections until each one's goroutine
+	// is done with it (a connection closed with an unread request body
+	// lingers to avoid a reset): stop waits for them, so that a synctest
+	// bubble ends with none left.
+	var conns sync.WaitGroup
+	srv := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base },
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				conns.Done()
+			}
+		}}
 	served := make(chan struct{})
 	go func() { // owned: ends when srv is closed below
 		defer close(served)
@@ -84,6 +97,7 @@ func pipeServer(t *testing.T, h http.HandlerFunc, opts *comfy.ClientOptions) (*c
 		srv.Close()
 		<-served
 		tr.CloseIdleConnections()
+		conns.Wait()
 	}
 }
 
