@@ -21,6 +21,21 @@ else
 end
 
 local function fmt(n) return string.format('%.0f', n) end
+
+-- numstr is fmt remembered for the script's call: a Lua number becomes a
+-- string through sprintf, which costs more than most commands, and a
+-- group writes the same few numbers (now, versions, lengths) many times.
+-- Scripts pass strings, not numbers, to redis.call for the same reason.
+local numstrs = {}
+local function numstr(n)
+  local s = numstrs[n]
+  if not s then
+    s = fmt(n)
+    numstrs[n] = s
+  end
+  return s
+end
+local NOWS = numstr(NOW)
 local function jk(id) return P .. 'j:' .. id end
 
 -- Changes written by this script, published at its end as one message
@@ -70,7 +85,13 @@ end
 
 -- The buckets that hold queued jobs are the sorted set live, by
 -- priority, highest first (score -priority), so that a lease looks at
--- the buckets of lower priority only when no higher one serves it.
+-- the buckets of lower priority only when no higher one serves it. A
+-- script reads it once (liveBuckets) until it adds or drops a bucket.
+local liveCache
+local function liveBuckets()
+  if not liveCache then liveCache = redis.call('ZRANGE', P .. 'live', 0, -1) end
+  return liveCache
+end
 
 -- makeQueued puts a job (whose fields st, v are already written) into its
 -- bucket and the queued index.
@@ -82,6 +103,7 @@ local function makeQueued(id, from)
   redis.call('HSET', jk(id), 'bk', bid)
   redis.call('ZADD', P .. 'q:' .. bid, f[6], id)
   redis.call('ZADD', P .. 'live', -tonumber(f[2]), bid)
+  liveCache = nil
   move(id, f[6], from, 'queued')
 end
 
@@ -90,6 +112,7 @@ end
 local function dropBucket(bid)
   redis.call('ZREM', P .. 'live', bid)
   redis.call('HDEL', P .. 'bk', bid)
+  liveCache = nil
 end
 
 local function unbucket(id)
@@ -105,7 +128,7 @@ end
 -- which needs no escaping and no JSON): an open attempt has its backend,
 -- prompt id and start; a closed one adds its end, class, the error's
 -- class, message, node id and node type, and "1" when it counted.
-local function lp(s) return #s .. ':' .. s end
+local function lp(s) return numstr(#s) .. ':' .. s end
 
 -- backendOf returns the first field of an attempt: its backend.
 local function backendOf(ao)
@@ -122,7 +145,7 @@ local function closed(raw, ao, lb, la, at, class, e, counted, make)
     if not make then return nil end
     ao = lp(lb or '') .. '0:' .. lp(la or '0')
   end
-  local rec = ao .. lp(fmt(at)) .. lp(class)
+  local rec = ao .. lp(numstr(at)) .. lp(class)
   if e then
     rec = rec .. lp(e.c) .. lp(e.m) .. lp(e.n) .. lp(e.t)
   else
@@ -161,16 +184,16 @@ end
 local function ended(id, se, at)
   if se == '1' then
     redis.call('HSET', jk(id), 'us', '1')
-    redis.call('ZADD', P .. 'unsettled', at, id)
+    redis.call('ZADD', P .. 'unsettled', numstr(at), id)
     return '1'
   end
-  redis.call('ZADD', P .. 'fin', at, id)
+  redis.call('ZADD', P .. 'fin', numstr(at), id)
   return false
 end
 
 -- finish makes a job terminal (its fields already written but fi).
 local function finish(id, seq, from, to, at)
-  redis.call('HSET', jk(id), 'st', to, 'fi', fmt(at))
+  redis.call('HSET', jk(id), 'st', to, 'fi', numstr(at))
   ended(id, redis.call('HGET', jk(id), 'se'), at)
   move(id, seq, from, to)
 end
@@ -192,7 +215,7 @@ local function expire(id, at)
     changed(id, 'dead', v)
     return
   end
-  redis.call('HSET', k, 'st', 'queued', 'av', fmt(at))
+  redis.call('HSET', k, 'st', 'queued', 'av', numstr(at))
   makeQueued(id, 'leased')
   changed(id, 'queued', v)
 end
@@ -201,7 +224,7 @@ end
 -- retry delays, at most limit of each (the maintenance loop does the
 -- rest). It never looks at jobs that are not due.
 local function due(limit)
-  local exp = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, limit)
+  local exp = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', NOWS, 'WITHSCORES', 'LIMIT', 0, limit)
   for i = 1, #exp, 2 do
     if redis.call('HGET', jk(exp[i]), 'st') == 'leased' then
       expire(exp[i], tonumber(exp[i + 1]))
@@ -209,7 +232,7 @@ local function due(limit)
       redis.call('ZREM', P .. 'lease', exp[i]) -- a leftover (Redis trouble)
     end
   end
-  local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', NOW, 'LIMIT', 0, limit)
+  local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', NOWS, 'LIMIT', 0, limit)
   for _, id in ipairs(ready) do
     redis.call('ZREM', P .. 'retry', id)
     if redis.call('HGET', jk(id), 'st') == 'retrying' then

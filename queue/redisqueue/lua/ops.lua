@@ -73,21 +73,34 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   local r = { backend = backend, tags = set(tags), xwf = set(xwf), pref = set(pref) }
   if wfs ~= '' then r.wfs = set(wfs) end
   if has ~= '' then r.has = set(has) end
-  local best, bestBid, bestPr, bestPref, bestSeq
-  local live = redis.call('ZRANGE', P .. 'live', 0, -1, 'WITHSCORES')
-  for i = 1, #live, 2 do
-    local bid, pr = live[i], -tonumber(live[i + 1])
-    if best and pr < bestPr then break end -- lower priorities cannot win
+  -- The live buckets come by priority, highest first (the priority is
+  -- the definition's, the same as the score): a bucket's head is read
+  -- with the entry after it, which tells whether the lease empties it,
+  -- and the heads' sequences only when two buckets of one priority
+  -- compete.
+  local best, bestBid, bestPr, bestPref, bestSeq, bestLast
+  local function seqOf(bid, id) return tonumber(redis.call('ZSCORE', P .. 'q:' .. bid, id)) end
+  for _, bid in ipairs(liveBuckets()) do
     local d = def(bid)
+    if d and best and d[2] < bestPr then break end -- lower priorities cannot win
     if d and eligible(d, r, ps) then
-      local h = redis.call('ZRANGE', P .. 'q:' .. bid, 0, 0, 'WITHSCORES')
+      local h = redis.call('ZRANGE', P .. 'q:' .. bid, 0, 1)
       if #h == 0 then
         dropBucket(bid)
       else
-        local pf, sq = r.pref[d[1]] == true, tonumber(h[2])
-        if not best or pr > bestPr or (pr == bestPr and ((pf and not bestPref) or
-              (pf == bestPref and sq < bestSeq))) then
-          best, bestBid, bestPr, bestPref, bestSeq = h[1], bid, pr, pf, sq
+        local pr, pf = d[2], r.pref[d[1]] == true
+        local wins, sq = not best or pr > bestPr, nil
+        if not wins and pr == bestPr then
+          if pf ~= bestPref then
+            wins = pf
+          else
+            bestSeq = bestSeq or seqOf(bestBid, best)
+            sq = seqOf(bid, h[1])
+            wins = sq < bestSeq
+          end
+        end
+        if wins then
+          best, bestBid, bestPr, bestPref, bestSeq, bestLast = h[1], bid, pr, pf, sq, #h == 1
         end
       end
     end
@@ -95,7 +108,7 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   if not best then return { 'none' } end
   local k = jk(best)
   redis.call('ZREM', P .. 'q:' .. bestBid, best)
-  if redis.call('ZCARD', P .. 'q:' .. bestBid) == 0 then dropBucket(bestBid) end
+  if bestLast then dropBucket(bestBid) end
   local rec = record(best)
   local st = rec[R.st]
   if st ~= 'queued' then
@@ -108,12 +121,11 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
     return lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   end
   -- One read and one write of the record (the hot path).
-  local exp = NOW + tonumber(dur)
-  local v = tostring((tonumber(rec[R.v]) or 0) + 1)
-  local la, le = fmt(NOW), fmt(exp)
+  local v = numstr((tonumber(rec[R.v]) or 0) + 1)
+  local la, le = NOWS, numstr(NOW + tonumber(dur))
   redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', la, 'le', le, 'lb', backend, 'v', v)
-  redis.call('ZADD', P .. 'lease', exp, best)
-  move(best, bestSeq, 'queued', 'leased')
+  redis.call('ZADD', P .. 'lease', le, best)
+  move(best, rec[R.sq] or '0', 'queued', 'leased')
   changed(best, 'leased', v)
   rec[R.st], rec[R.tk], rec[R.la], rec[R.le], rec[R.lb], rec[R.v] = 'leased', tok, la, le, backend, v
   return { 'ok', '', rec }
@@ -169,7 +181,7 @@ local function complete(id, tok, result)
   if bad then return bad end
   -- One read and one write of the record (the hot path).
   local at = closed(rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], NOW, 'none', nil, true, true)
-  local v, u, fi = tostring((tonumber(rec[R.v]) or 0) + 1), tostring((tonumber(rec[R.u]) or 0) + 1), fmt(NOW)
+  local v, u, fi = numstr((tonumber(rec[R.v]) or 0) + 1), numstr((tonumber(rec[R.u]) or 0) + 1), NOWS
   redis.call('ZREM', P .. 'lease', id)
   redis.call('HDEL', k, 'tk', 'le', 'ao')
   redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', at, 'u', u, 'v', v)
