@@ -3,8 +3,6 @@ package redisqueue
 import (
 	"encoding/json"
 	"fmt"
-	"iter"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,106 +35,151 @@ import (
 var recordFields = [...]string{"id", "st", "v", "pr", "wf", "wk", "ov", "pl", "md", "rq", "nd", "xb", "ik",
 	"mx", "u", "at", "ao", "eq", "av", "la", "le", "fi", "lb", "tk", "rs", "ec", "em", "en", "et", "sq", "se", "us"}
 
-// decodeRow builds a Job from a record as the scripts return it.
+// The positions of the fields in recordFields.
+const (
+	fID = iota
+	fSt
+	fV
+	fPr
+	fWf
+	fWk
+	fOv
+	fPl
+	fMd
+	fRq
+	fNd
+	fXb
+	fIk
+	fMx
+	fU
+	fAt
+	fAo
+	fEq
+	fAv
+	fLa
+	fLe
+	fFi
+	fLb
+	fTk
+	fRs
+	fEc
+	fEm
+	fEn
+	fEt
+	fSq
+	fSe
+	fUs
+	nFields
+)
+
+// rawRecord is a job's record as read: each field's value, and whether
+// the job has it.
+type rawRecord struct {
+	v   [nFields]string
+	has [nFields]bool
+}
+
+// decodeRow builds a Job from a record as the scripts return it: the
+// values of recordFields, in order (nil for an absent field).
 func decodeRow(raw any) (*queue.Job, error) {
 	vals, ok := raw.([]any)
-	if !ok || len(vals) != len(recordFields) {
+	if !ok || len(vals) != nFields {
 		return nil, fmt.Errorf("redisqueue: malformed job record %T", raw)
 	}
-	return decodeFields(func(yield func(k, v string) bool) {
-		for i, v := range vals {
-			if s, ok := v.(string); ok && !yield(recordFields[i], s) {
-				return
-			}
-		}
-	})
+	var r rawRecord
+	for i, v := range vals {
+		r.v[i], r.has[i] = v.(string)
+	}
+	return decodeFields(&r)
 }
 
 // decodeMap builds a Job from a record read with HGETALL.
 func decodeMap(m map[string]string) (*queue.Job, error) {
-	return decodeFields(maps.All(m))
+	var r rawRecord
+	for i, name := range recordFields {
+		r.v[i], r.has[i] = m[name]
+	}
+	return decodeFields(&r)
 }
 
 // decodeFields builds a Job from a record's fields.
-func decodeFields(record iter.Seq2[string, string]) (*queue.Job, error) {
+func decodeFields(r *rawRecord) (*queue.Job, error) {
 	j := &queue.Job{}
 	var err error
-	var closedAttempts, openAttempt string
-	for k, v := range record {
-		switch k {
-		case "id":
+	for i, v := range r.v {
+		if !r.has[i] {
+			continue
+		}
+		switch i {
+		case fID:
 			j.ID = v
-		case "st":
+		case fSt:
 			j.State = queue.State(v)
-		case "v":
+		case fV:
 			j.Version, err = strconv.ParseUint(v, 10, 64)
-		case "pr":
+		case fPr:
 			j.Priority, err = strconv.Atoi(v)
-		case "wf":
+		case fWf:
 			j.Workflow = v
-		case "wk":
+		case fWk:
 			j.WorkflowKey = v
-		case "ov":
+		case fOv:
 			j.Overrides = bytesOf(v)
-		case "pl":
+		case fPl:
 			j.Payload = bytesOf(v)
-		case "md":
+		case fMd:
 			if v != "" {
 				err = json.Unmarshal([]byte(v), &j.Metadata)
 			}
-		case "rq":
+		case fRq:
 			j.Requires, err = decodeSet(v)
-		case "nd":
+		case fNd:
 			j.Needs, err = decodeSet(v)
-		case "xb":
+		case fXb:
 			j.ExcludeBackends, err = decodeSet(v)
-		case "ik":
+		case fIk:
 			j.IdempotencyKey = v
-		case "mx":
+		case fMx:
 			j.MaxAttempts, err = strconv.Atoi(v)
-		case "u":
+		case fU:
 			j.AttemptsUsed, err = strconv.Atoi(v)
-		case "at":
-			closedAttempts = v
-		case "ao":
-			openAttempt = v
-		case "eq":
+		case fEq:
 			j.EnqueuedAt, err = timeOf(v)
-		case "av":
+		case fAv:
 			j.AvailableAt, err = timeOf(v)
-		case "la":
+		case fLa:
 			j.LeasedAt, err = timeOf(v)
-		case "le":
+		case fLe:
 			j.LeaseExpiresAt, err = timeOf(v)
-		case "fi":
+		case fFi:
 			j.FinishedAt, err = timeOf(v)
-		case "lb":
+		case fLb:
 			j.LeasedBy = v
-		case "tk":
+		case fTk:
 			j.LeaseToken = v
-		case "rs":
+		case fRs:
 			j.Result = bytesOf(v)
-		case "ec":
+		case fEc:
 			j.Error.Class = v
-		case "em":
+		case fEm:
 			j.Error.Message = v
-		case "en":
+		case fEn:
 			j.Error.NodeID = v
-		case "et":
+		case fEt:
 			j.Error.NodeType = v
-		case "se":
+		case fSe:
 			j.Settle = v == "1"
-		case "us":
+		case fUs:
 			j.Unsettled = v == "1"
 		}
 		if err != nil {
-			return nil, fmt.Errorf("redisqueue: job record field %s: %w", k, err)
+			return nil, fmt.Errorf("redisqueue: job record field %s: %w", recordFields[i], err)
 		}
 	}
 	if j.ID == "" {
 		return nil, fmt.Errorf("redisqueue: job record without id")
 	}
-	if j.Attempts, err = decodeAttempts(closedAttempts, openAttempt); err != nil {
+	if j.Attempts, err = decodeAttempts(r.v[fAt], r.v[fAo]); err != nil {
 		return nil, fmt.Errorf("redisqueue: job record field at: %w", err)
 	}
 	return j, nil
@@ -154,8 +197,21 @@ func decodeSet(s string) ([]string, error) {
 		return nil, nil
 	}
 	var out []string
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, err
+	if plain, ok := strings.CutPrefix(s, `["`); ok && strings.HasSuffix(plain, `"]`) && !strings.Contains(plain, `\`) {
+		// No escapes (the common case), so every quote is a delimiter:
+		// split without the reflection of encoding/json.
+		out = strings.Split(plain[:len(plain)-2], `","`)
+		for _, e := range out {
+			if strings.Contains(e, `"`) { // not JSON: let encoding/json say why
+				out = nil
+				break
+			}
+		}
+	}
+	if out == nil {
+		if err := json.Unmarshal([]byte(s), &out); err != nil {
+			return nil, err
+		}
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -172,8 +228,36 @@ func encodeSet(s []string) string {
 	if len(s) == 0 {
 		return "[]"
 	}
-	b, _ := json.Marshal(s) // []string always encodes
-	return string(b)
+	n := 1
+	for _, e := range s {
+		if !plainJSON(e) {
+			b, _ := json.Marshal(s) // []string always encodes
+			return string(b)
+		}
+		n += len(e) + 3
+	}
+	// What json.Marshal writes for strings it does not escape.
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), e...), '"')
+	}
+	return string(append(b, ']'))
+}
+
+// plainJSON reports whether json.Marshal writes s as it is, in quotes:
+// printable ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 func timeOf(s string) (time.Time, error) {
