@@ -52,3 +52,38 @@ func TestAttemptFieldsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordBytesRoundTrip checks that every byte value of the job's
+// binary fields and strings comes back as it was: the scripts return a
+// record as cjson's JSON, which escapes some bytes and passes others
+// (not UTF-8) through.
+func TestRecordBytesRoundTrip(t *testing.T) {
+	c := redistest.Client(t, 0)
+	q := queue.New(newDriver(t, c, nil))
+	ctx := t.Context()
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	odd := string(all) + `\/"\u0000é`
+	p := queue.EnqueueParams{Workflow: "w" + odd, Overrides: all, Payload: []byte(odd),
+		Requires: []string{"t" + odd, `"/`}, Metadata: map[string]string{"k": string(all[:128]) + `\/"é`}} // JSON: UTF-8 only
+	enq, err := q.Enqueue(ctx, p)
+	require.NoError(t, err)
+	assert.Equal(t, all, enq.Overrides)
+	assert.Equal(t, []byte(odd), enq.Payload)
+	assert.Equal(t, "w"+odd, enq.Workflow)
+	j, err := q.Lease(ctx, queue.LeaseParams{Backend: "b" + odd, Tags: p.Requires, Duration: time.Minute})
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	assert.Equal(t, enq.Requires, j.Requires)
+	assert.Equal(t, p.Metadata, j.Metadata)
+	assert.Equal(t, "b"+odd, j.LeasedBy)
+	done, err := q.Complete(ctx, j.ID, j.LeaseToken, all)
+	require.NoError(t, err)
+	assert.Equal(t, all, done.Result)
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, done, got)
+	assert.Equal(t, all, got.Overrides)
+}

@@ -3,7 +3,9 @@ package redisqueue
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,5 +62,80 @@ func FuzzSetEncoding(f *testing.F) {
 		var ref []string
 		require.NoError(t, json.Unmarshal(want, &ref))
 		require.Equal(t, slices.Sorted(slices.Values(ref)), got)
+	})
+}
+
+// splitRecord reads back what a JSON encoder writes of a record: here
+// encoding/json, which escapes more than cjson does (<, >, &, U+2028).
+func TestSplitRecord(t *testing.T) {
+	t.Parallel()
+	vals := make([]any, nFields)
+	for i := range vals {
+		vals[i] = false
+	}
+	vals[fID], vals[fOv], vals[fRs], vals[fEm] = "id-1", "a\x00\x1f\"\\/<>&\u2028é", "", "line\nbreak\ttab"
+	vals[fV] = 3 // a number: its text
+	b, err := json.Marshal(vals)
+	require.NoError(t, err)
+	var r rawRecord
+	require.NoError(t, splitRecord(string(b), &r))
+	for i, v := range vals {
+		switch v := v.(type) {
+		case string:
+			assert.True(t, r.has[i], recordFields[i])
+			assert.Equal(t, v, r.v[i], recordFields[i])
+		case int:
+			assert.Equal(t, "3", r.v[i])
+		default:
+			assert.False(t, r.has[i], recordFields[i])
+		}
+	}
+	// cjson writes a byte as \u00XX, and bytes that are not UTF-8 as they are.
+	b = []byte(`["\u0000\u00ff` + "\xff\xfe" + `","x"` + strings.Repeat(",false", nFields-2) + `]`)
+	r = rawRecord{}
+	require.NoError(t, splitRecord(string(b), &r))
+	assert.Equal(t, "\x00\xff\xff\xfe", r.v[fID])
+	assert.Equal(t, "x", r.v[fSt])
+	assert.False(t, r.has[fV])
+}
+
+func TestSplitRecordMalformed(t *testing.T) {
+	t.Parallel()
+	full := `["a"` + strings.Repeat(`,"b"`, nFields-1) + `]`
+	var r rawRecord
+	require.NoError(t, splitRecord(full, &r))
+	for _, s := range []string{"", "[", "[]", full[:len(full)-1], full + " ", `["a"]`, full[:len(full)-1] + `,"c"]`,
+		`["\q"` + strings.Repeat(",false", nFields-1) + `]`, `["\u12"` + strings.Repeat(",false", nFields-1) + `]`,
+		`["a` + strings.Repeat(",false", nFields-1) + `]`, `[,` + strings.Repeat(",false", nFields-1) + `]`} {
+		assert.Error(t, splitRecord(s, &r), "%q", s)
+	}
+}
+
+// FuzzSplitRecord: a record of any valid strings survives encoding/json
+// and splitRecord, and no input makes splitRecord panic.
+func FuzzSplitRecord(f *testing.F) {
+	f.Add("a", "\x00\"\\/", `["x"]`)
+	f.Add("", "<>&\u2028", "é")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		var r rawRecord
+		_ = splitRecord(a+b+c, &r) // must not panic
+		if !utf8.ValidString(a) || !utf8.ValidString(b) || !utf8.ValidString(c) {
+			return // encoding/json would replace the bytes
+		}
+		vals := make([]any, nFields)
+		for i := range vals {
+			vals[i] = []any{a, b, c, false}[i%4]
+		}
+		enc, err := json.Marshal(vals)
+		require.NoError(t, err)
+		require.NoError(t, splitRecord(string(enc), &r))
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				require.True(t, r.has[i])
+				require.Equal(t, s, r.v[i])
+			} else {
+				require.False(t, r.has[i])
+			}
+		}
 	})
 }

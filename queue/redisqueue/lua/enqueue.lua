@@ -93,5 +93,5 @@ zadd(P .. 's:queued', all)
 zadd(P .. 'all', all)
 for wk, c in pairs(refs) do redis.call('HINCRBY', P .. 'wkref', wk, c) end
 publish()
-if want then return { 'ok', record(ARGV[6]) } end
+if want then return { 'ok', pack(record(ARGV[6])) } end
 return { 'ok' }

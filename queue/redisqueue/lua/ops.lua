@@ -128,7 +128,7 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   move(best, rec[R.sq] or '0', 'queued', 'leased')
   changed(best, 'leased', v)
   rec[R.st], rec[R.tk], rec[R.la], rec[R.le], rec[R.lb], rec[R.v] = 'leased', tok, la, le, backend, v
-  return { 'ok', '', rec }
+  return { 'ok', '', pack(rec) }
 end
 
 -- checkLease checks that tok is the current lease of job id, given its
@@ -160,7 +160,7 @@ local function extend(id, tok, dur)
   redis.call('HSET', jk(id), 'le', fmt(exp))
   redis.call('ZADD', P .. 'lease', exp, id)
   bump(id)
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function begin(id, tok, backend, prompt)
@@ -171,7 +171,7 @@ local function begin(id, tok, backend, prompt)
   if backend == '' then backend = redis.call('HGET', k, 'lb') end
   redis.call('HSET', k, 'ao', lp(backend) .. lp(prompt) .. lp(fmt(NOW)))
   changed(id, 'leased', bump(id))
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function complete(id, tok, result)
@@ -190,7 +190,7 @@ local function complete(id, tok, result)
   changed(id, 'completed', v)
   rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v] = 'completed', fi, result, at, u, v
   rec[R.tk], rec[R.le], rec[R.ao] = false, false, false
-  return { 'ok', '', rec }
+  return { 'ok', '', pack(rec) }
 end
 
 local function setNeeds(id, needs)
@@ -233,7 +233,7 @@ local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
     makeQueued(id, 'leased')
     changed(id, 'queued', v)
   end
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function requeue(id, tok, c, m, n, t, needs)
@@ -248,7 +248,7 @@ local function requeue(id, tok, c, m, n, t, needs)
   local v = bump(id)
   makeQueued(id, 'leased')
   changed(id, 'queued', v)
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function cancel(id, c, m, n, t)
@@ -273,7 +273,7 @@ local function cancel(id, c, m, n, t)
   finish(id, redis.call('HGET', k, 'sq'), st, 'cancelled', NOW)
   changed(id, 'cancelled', bump(id))
   wake = true
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function unfinished()
@@ -297,13 +297,13 @@ local function retry(id, capacity)
   local v = bump(id)
   makeQueued(id, st)
   changed(id, 'queued', v)
-  return { 'ok', '', record(id) }
+  return { 'ok', '', pack(record(id)) }
 end
 
 local function get(id)
   local r = record(id)
   if not r[1] then return { 'notfound' } end
-  return { 'ok', '', r }
+  return { 'ok', '', pack(r) }
 end
 
 -- settle clears the job's unsettled flag and claim, moving it to fin (a
@@ -312,13 +312,13 @@ end
 local function settle(id)
   local r = record(id)
   if not r[1] then return { 'notfound' } end
-  if r[R.us] ~= '1' then return { 'ok', '', r } end
+  if r[R.us] ~= '1' then return { 'ok', '', pack(r) } end
   redis.call('HDEL', jk(id), 'us')
   redis.call('ZREM', P .. 'unsettled', id)
   redis.call('ZREM', P .. 'uclaim', id)
   redis.call('ZADD', P .. 'fin', tonumber(r[R.fi]) or NOW, id)
   r[R.us], r[R.v] = false, tostring(bump(id))
-  return { 'ok', '', r }
+  return { 'ok', '', pack(r) }
 end
 
 -- Each op runs protected: an error (a record Redis trouble left

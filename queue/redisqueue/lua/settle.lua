@@ -29,7 +29,7 @@ while #out < limit do
     local r = record(id)
     if r[R.us] == '1' then
       redis.call('ZADD', P .. 'uclaim', untilT, id)
-      out[#out + 1] = r
+      out[#out + 1] = pack(r)
     end -- else a leftover of Redis trouble: dropped
   end
 end
