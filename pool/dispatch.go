@@ -228,15 +228,17 @@ func (p *WorkflowPool) free(sl *slot) {
 // promptEnded frees sl's slot for the backend's next prompt when the
 // server reports sl's prompt, of workflow hash, ran to its end, while the
 // job goes on reading its results (the backend counts it in finishing
-// until free), and wakes the dispatcher. The workflow is the backend's
-// warm one from now on (its models are the ones loaded), so that the
-// next lease prefers it.
-func (p *WorkflowPool) promptEnded(sl *slot, hash string) {
+// until free), and wakes the dispatcher. When the prompt ran without
+// an error (ok), its workflow is the backend's warm one from now on, as
+// completion would make it, so that the next lease prefers it.
+func (p *WorkflowPool) promptEnded(sl *slot, hash string, ok bool) {
 	p.mu.Lock()
 	freed := !sl.ended && p.releaseLocked(sl)
 	if freed {
 		sl.b.finishing++
-		sl.b.last = hash
+		if ok {
+			sl.b.last = hash
+		}
 	}
 	p.mu.Unlock()
 	if freed {
@@ -335,6 +337,10 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	// taken over, nor a remote worker's): only then does the prompt's end
 	// free b's slot early (see slot).
 	var posted atomic.Bool
+	// broke is set when the prompt failed or was interrupted on the
+	// server: its workflow does not become the backend's warm one. Only
+	// onMsg (the prompt's one delivery goroutine) touches it.
+	var broke bool
 	emitStarted := func(id string) {
 		startedOnce.Do(func() {
 			p.mu.Lock()
@@ -353,8 +359,14 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 				// The server ran the prompt to its end: its queue is free
 				// for the next one while this job reads its history and
 				// outputs (see slot).
-				p.promptEnded(sl, js.hash)
+				p.promptEnded(sl, js.hash, !broke)
 			}
+			return
+		case *comfy.ExecutionError:
+			broke = broke || m.ExceptionType != "ExecutionBlocked"
+			return
+		case *comfy.ExecutionInterrupted:
+			broke = true
 			return
 		case *comfy.ExecutionStart, *comfy.ExecutionCached:
 			execOnce.Do(func() { close(execStarted) })
