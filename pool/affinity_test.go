@@ -128,9 +128,10 @@ func (p *postTimes) RoundTrip(r *http.Request) (*http.Response, error) {
 	return p.next.RoundTrip(r)
 }
 
-// BenchmarkDispatchLatencyByTransport measures the time from a job's end on a backend
-// (its job:completed event) to the next prompt being sent to that backend:
-// one backend, MaxInFlight 1, b.N zero-length jobs queued up front.
+// BenchmarkDispatchLatencyByTransport measures the time from a prompt's
+// end on a backend (the server queuing its end marker) to the next prompt
+// being sent to that backend: one backend, MaxInFlight 1, b.N zero-length
+// jobs queued up front.
 func BenchmarkDispatchLatencyByTransport(b *testing.B) {
 	for _, mode := range []string{"inmemory", "loopback"} {
 		b.Run(mode, func(b *testing.B) {
@@ -163,7 +164,6 @@ func BenchmarkDispatchLatencyByTransport(b *testing.B) {
 			for i := range wfs {
 				wfs[i] = zeroWF(b, i)
 			}
-			ends := make(map[string]time.Time, n)
 			b.ResetTimer()
 			ids := make([]string, n)
 			for i := range ids {
@@ -177,18 +177,18 @@ func BenchmarkDispatchLatencyByTransport(b *testing.B) {
 				b.Fatal(err)
 			}
 			for range n {
-				e := <-done
-				ends[e.JobID] = e.Time
+				<-done
 			}
 			b.StopTimer()
 			pt.mu.Lock()
 			defer pt.mu.Unlock()
-			if len(pt.at) != n {
-				b.Fatalf("%d prompts sent for %d jobs", len(pt.at), n)
+			prompts := s.Prompts()
+			if len(pt.at) != n || len(prompts) != n {
+				b.Fatalf("%d prompts sent, %d received, for %d jobs", len(pt.at), len(prompts), n)
 			}
 			var total time.Duration
 			for i := 0; i+1 < n; i++ {
-				total += pt.at[i+1].Sub(ends[ids[i]])
+				total += pt.at[i+1].Sub(prompts[i].Ended)
 			}
 			b.ReportMetric(float64(total.Microseconds())/float64(n-1), "µs/dispatch")
 		})
