@@ -200,6 +200,10 @@ func (p *WorkflowPool) freeLocked(sl *slot) bool {
 		sl.b.finishing--
 	}
 	p.idleLocked(sl.b)
+	// capabilities.go: a prompt ended, its free VRAM changed. Read once
+	// the job is done with the backend, not at its end marker, where the
+	// read would compete with the next prompt's dispatch.
+	kick(sl.b.caps.kickVRAM)
 	return freed
 }
 
@@ -211,7 +215,6 @@ func (p *WorkflowPool) releaseLocked(sl *slot) bool {
 	}
 	sl.freed = true
 	sl.b.inflight--
-	kick(sl.b.caps.kickVRAM) // capabilities.go: a prompt ended, its free VRAM changed
 	return true
 }
 
