@@ -58,23 +58,78 @@ func (m omap) keys() []string {
 
 // MarshalJSON writes the object with its keys in insertion order.
 func (m omap) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, e := range m {
-		if i > 0 {
-			b.WriteByte(',')
+	return appendJSON(nil, m)
+}
+
+// appendJSON appends v encoded as marshalRaw encodes it. The values the
+// fake builds its messages from (omap, []any, strings, json.Number,
+// pyFloat, bool, nil) are written directly, in one buffer: through
+// encoding/json, each nested omap took an encoder and a buffer of its
+// own, and its output was validated again at every level above it, which
+// was most of the fake's work per prompt. Other values go through
+// marshalRaw.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch t := v.(type) {
+	case omap:
+		b = append(b, '{')
+		for i, e := range t {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, e.K)
+			b = append(b, ':')
+			var err error
+			if b, err = appendJSON(b, e.V); err != nil {
+				return nil, err
+			}
 		}
-		k, _ := json.Marshal(e.K)
-		b.Write(k)
-		b.WriteByte(':')
-		v, err := marshalRaw(e.V)
-		if err != nil {
-			return nil, err
+		return append(b, '}'), nil
+	case []any:
+		if t == nil {
+			return append(b, "null"...), nil
 		}
-		b.Write(v)
+		b = append(b, '[')
+		for i, e := range t {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case string:
+		return appendJSONString(b, t), nil
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, t), nil
+	case int:
+		return strconv.AppendInt(b, int64(t), 10), nil
+	case pyFloat:
+		return append(b, pyFloatString(float64(t))...), nil
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	raw, err := marshalRaw(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, raw...), nil
+}
+
+// appendJSONString appends s quoted as marshalRaw quotes it (no HTML
+// escaping): plain printable ASCII as it is, anything else through
+// encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			raw, _ := marshalRaw(s) // a string always encodes
+			return append(b, raw...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // pyFloat is a float64 that marshals like Python's json (1.0, not 1).
@@ -114,7 +169,7 @@ func marshalRaw(v any) ([]byte, error) {
 // pyJSON encodes v the way Python's json.dumps does by default: ", " and
 // ": " separators and non-ASCII characters escaped as \uXXXX.
 func pyJSON(v any) []byte {
-	raw, err := marshalRaw(v)
+	raw, err := appendJSON(make([]byte, 0, 512), v)
 	if err != nil {
 		// Only values built by this package are encoded; this cannot happen
 		// for them, but never panic on a user's UI value.
