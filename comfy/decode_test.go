@@ -219,7 +219,7 @@ func TestDecodeBinary(t *testing.T) {
 }
 
 func TestDecodeHistoryGolden(t *testing.T) {
-	entries, err := decodeHistory([]byte(goldenHistoryOK))
+	entries, err := decodeHistory([]byte(goldenHistoryOK), true)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	e := entries[0]
@@ -242,8 +242,23 @@ func TestDecodeHistoryGolden(t *testing.T) {
 	}, e.Files())
 }
 
+// TestDecodeHistoryWithoutPrompt: a settlement's read skips the prompt
+// tuple and keeps everything else.
+func TestDecodeHistoryWithoutPrompt(t *testing.T) {
+	all, err := decodeHistory([]byte(goldenHistoryOK), true)
+	require.NoError(t, err)
+	some, err := decodeHistory([]byte(goldenHistoryOK), false)
+	require.NoError(t, err)
+	require.Len(t, some, 1)
+	e, want := some[0], *all[0]
+	want.Number, want.Prompt, want.ExtraData, want.OutputsToExecute = 0, nil, nil, nil
+	assert.Equal(t, &want, e)
+	assert.Equal(t, all[0].Files(), e.Files())
+	assert.NoError(t, e.Err())
+}
+
 func TestHistoryEntryErr(t *testing.T) {
-	entries, err := decodeHistory([]byte(goldenHistoryError))
+	entries, err := decodeHistory([]byte(goldenHistoryError), true)
 	require.NoError(t, err)
 	herr := entries[0].Err()
 	var ee *ExecutionError
@@ -252,7 +267,7 @@ func TestHistoryEntryErr(t *testing.T) {
 	assert.Equal(t, "2", ee.NodeID)
 	assert.False(t, ee.OutOfMemory())
 
-	entries, err = decodeHistory([]byte(goldenHistoryIntr))
+	entries, err = decodeHistory([]byte(goldenHistoryIntr), true)
 	require.NoError(t, err)
 	herr = entries[0].Err()
 	assert.ErrorIs(t, herr, ErrInterrupted)
@@ -260,7 +275,7 @@ func TestHistoryEntryErr(t *testing.T) {
 	require.ErrorAs(t, herr, &ie)
 	assert.Equal(t, "ImageBlur", ie.Msg.NodeType)
 
-	entries, err = decodeHistory([]byte(oldHistory))
+	entries, err = decodeHistory([]byte(oldHistory), true)
 	require.NoError(t, err)
 	assert.Nil(t, entries[0].Status)
 	assert.NoError(t, entries[0].Err(), "old servers record no status: success")
@@ -272,7 +287,7 @@ func TestHistoryEntryErr(t *testing.T) {
 
 func TestDecodeHistoryKeepsOrder(t *testing.T) {
 	body := `{"b": {"prompt": [1, "b", {}, {}, []], "outputs": {}}, "a": {"prompt": [2, "a", {}, {}, []], "outputs": {}}, "c": {"prompt": [3, "c", {}, {}, [], {"sensitive": 1}], "outputs": {}}}`
-	entries, err := decodeHistory([]byte(body))
+	entries, err := decodeHistory([]byte(body), true)
 	require.NoError(t, err)
 	var ids []string
 	for _, e := range entries {
@@ -288,7 +303,7 @@ func TestDecodeHistoryErrors(t *testing.T) {
 		"trailing":      `{} {}`,
 		"truncated":     `{"a": {"prompt": [1, "a"]}`,
 	} {
-		_, err := decodeHistory([]byte(in))
+		_, err := decodeHistory([]byte(in), true)
 		assert.Error(t, err, name)
 	}
 }
@@ -479,7 +494,7 @@ func FuzzHistory(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := decodeHistory(data)
+		entries, err := decodeHistory(data, true)
 		if err != nil {
 			return
 		}

@@ -74,7 +74,7 @@ func TestHistoryVersionShapes(t *testing.T) {
 	t.Run("pre-2024 execution_error in status messages", func(t *testing.T) {
 		t.Parallel()
 		body := `{"p1": {"prompt": [3, "p1", {}, {"client_id": "c"}, ["3"]], "outputs": {}, "status": {"status_str": "error", "completed": false, "messages": [["execution_start", {"prompt_id": "p1"}], ["execution_cached", {"nodes": [], "prompt_id": "p1"}], ["execution_error", ` + legacyExecError[len(`{"type": "execution_error", "data": `):len(legacyExecError)-1] + `]]}}}`
-		entries, err := decodeHistory([]byte(body))
+		entries, err := decodeHistory([]byte(body), true)
 		require.NoError(t, err)
 		var ee *ExecutionError
 		require.ErrorAs(t, entries[0].Err(), &ee)
@@ -85,7 +85,7 @@ func TestHistoryVersionShapes(t *testing.T) {
 	t.Run("status notes (2024-01-11)", func(t *testing.T) {
 		t.Parallel()
 		body := `{"p1": {"prompt": [3, "p1", {}, {}, ["3"]], "outputs": {}, "status": {"status_str": "error", "completed": false, "notes": [["execution_start", {"prompt_id": "p1"}], ["execution_interrupted", {"prompt_id": "p1", "node_id": "3", "node_type": "K", "executed": []}]]}}}`
-		entries, err := decodeHistory([]byte(body))
+		entries, err := decodeHistory([]byte(body), true)
 		require.NoError(t, err)
 		require.Len(t, entries[0].Status.Messages, 2)
 		assert.ErrorIs(t, entries[0].Err(), ErrInterrupted)
@@ -93,7 +93,7 @@ func TestHistoryVersionShapes(t *testing.T) {
 	t.Run("odd fields dropped, entry kept", func(t *testing.T) {
 		t.Parallel()
 		body := `{"p1": {"prompt": {"not": "a list"}, "outputs": {"9": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}, "10": "x"}, "status": {"status_str": 1, "completed": "yes", "messages": [[5, {}], "x", ["execution_start", "p1"], ["execution_success", {"prompt_id": "p1", "timestamp": 1.5}]]}, "meta": {"9": {"node_id": 9, "display_node": "9", "parent_node": null, "real_node_id": "9"}, "10": []}}}`
-		entries, err := decodeHistory([]byte(body))
+		entries, err := decodeHistory([]byte(body), true)
 		require.NoError(t, err)
 		e := entries[0]
 		assert.Equal(t, "p1", e.PromptID)
@@ -106,7 +106,7 @@ func TestHistoryVersionShapes(t *testing.T) {
 	})
 	t.Run("status of another shape is absent", func(t *testing.T) {
 		t.Parallel()
-		entries, err := decodeHistory([]byte(`{"p1": {"prompt": [1, "p1", {}, {}, []], "outputs": {}, "status": "done"}}`))
+		entries, err := decodeHistory([]byte(`{"p1": {"prompt": [1, "p1", {}, {}, []], "outputs": {}, "status": "done"}}`), true)
 		require.NoError(t, err)
 		assert.Nil(t, entries[0].Status)
 	})

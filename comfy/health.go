@@ -12,7 +12,7 @@ import (
 func (s *session) history(id string) (*HistoryEntry, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.HealthCheckTimeout)
 	defer cancel()
-	return s.c.History(ctx, id)
+	return s.c.history(ctx, id, false) // outputs and status only
 }
 
 // lookup is history for the health check: on Comfy Cloud, whose job

@@ -163,6 +163,14 @@ type HistoryOptions struct {
 // success, failed an error with the job's execution_error, cancelled an
 // interruption.
 func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, error) {
+	return c.history(ctx, promptID, true)
+}
+
+// history is History; without withPrompt the entry's prompt tuple
+// (Number, Prompt, ExtraData, OutputsToExecute: the workflow sent, often
+// the largest part of the answer) is not decoded, for a caller that reads
+// only outputs and status, as a finished prompt's settlement does.
+func (c *Client) history(ctx context.Context, promptID string, withPrompt bool) (*HistoryEntry, error) {
 	if promptID == "" {
 		return nil, errors.New("comfy: History: empty prompt id")
 	}
@@ -175,7 +183,7 @@ func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, e
 	if err != nil {
 		return nil, err
 	}
-	entries, err := decodeHistory(b)
+	entries, err := decodeHistory(b, withPrompt)
 	if err != nil {
 		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
@@ -207,7 +215,7 @@ func (c *Client) HistoryList(ctx context.Context, opts *HistoryOptions) ([]*Hist
 	if err != nil {
 		return nil, err
 	}
-	entries, err := decodeHistory(b)
+	entries, err := decodeHistory(b, true)
 	if err != nil {
 		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
@@ -241,7 +249,7 @@ func (c *Client) ClearHistory(ctx context.Context) error {
 
 // decodeHistory decodes a /history answer, an object of prompt id to entry,
 // keeping the server's order (oldest first).
-func decodeHistory(b []byte) ([]*HistoryEntry, error) {
+func decodeHistory(b []byte, withPrompt bool) ([]*HistoryEntry, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
@@ -261,7 +269,7 @@ func decodeHistory(b []byte) ([]*HistoryEntry, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, err
 		}
-		e, err := decodeHistoryEntry(id, raw)
+		e, err := decodeHistoryEntry(id, raw, withPrompt)
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", id, err)
 		}
@@ -281,10 +289,10 @@ func decodeHistory(b []byte) ([]*HistoryEntry, error) {
 // decoded leniently (see lenient.go): a prompt tuple, output, meta entry or
 // status message of an unexpected shape is dropped, the entry kept. The
 // status messages were called "notes" on servers of 2024-01-11.
-func decodeHistoryEntry(id string, raw []byte) (*HistoryEntry, error) {
+func decodeHistoryEntry(id string, raw []byte, withPrompt bool) (*HistoryEntry, error) {
 	var w struct {
-		Prompt  json.RawMessage `json:"prompt"`
-		Outputs lmap[lobject]   `json:"outputs"`
+		Prompt  promptTuple   `json:"prompt"`
+		Outputs lmap[lobject] `json:"outputs"`
 		Status  lobj[struct {
 			StatusStr lstr  `json:"status_str"`
 			Completed lbool `json:"completed"`
@@ -298,6 +306,7 @@ func decodeHistoryEntry(id string, raw []byte) (*HistoryEntry, error) {
 			RealNodeID  lstr `json:"real_node_id"`
 		}] `json:"meta"`
 	}
+	w.Prompt.skip = !withPrompt
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, err
 	}
@@ -315,8 +324,8 @@ func decodeHistoryEntry(id string, raw []byte) (*HistoryEntry, error) {
 				ParentNode: string(m.ParentNode), RealNodeID: string(m.RealNodeID)}
 		}
 	}
-	if !isNull(w.Prompt) {
-		if item, err := decodeQueueItem(w.Prompt); err == nil {
+	if !isNull(w.Prompt.raw) {
+		if item, err := decodeQueueItem(w.Prompt.raw); err == nil {
 			e.Number, e.Prompt, e.ExtraData, e.OutputsToExecute = item.Number, item.Prompt, item.ExtraData, item.OutputsToExecute
 			if e.PromptID == "" {
 				e.PromptID = item.PromptID
@@ -420,7 +429,7 @@ func decodeJob(id string, b []byte) (e *HistoryEntry, done bool, err error) {
 		}
 	}
 	raw, _ := json.Marshal(parts) // RawMessages that unmarshalled: always valid
-	e, err = decodeHistoryEntry(id, raw)
+	e, err = decodeHistoryEntry(id, raw, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -456,4 +465,19 @@ func decodeJob(id string, b []byte) (e *HistoryEntry, done bool, err error) {
 func isMessage[T Message](m Message) bool {
 	_, ok := m.(T)
 	return ok
+}
+
+// promptTuple is a history entry's prompt tuple as read: kept, or, with
+// skip, passed over without a copy.
+type promptTuple struct {
+	skip bool
+	raw  json.RawMessage
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *promptTuple) UnmarshalJSON(b []byte) error {
+	if !p.skip {
+		p.raw = append(p.raw[:0], b...)
+	}
+	return nil
 }
