@@ -95,6 +95,23 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// The library is on every master (the queue's slot may move), and
+	// loaded again where it is lost.
+	masters := func(f func(n *redis.Client)) {
+		for _, a := range addrs {
+			n := redis.NewClient(&redis.Options{Addr: a})
+			f(n)
+			_ = n.Close()
+		}
+	}
+	masters(func(n *redis.Client) {
+		assert.True(t, hasLibrary(t, n), "the library on %s", n.Options().Addr)
+		require.NoError(t, n.FunctionFlush(ctx).Err())
+	})
+	_, err = q.Enqueue(ctx, queue.EnqueueParams{Workflow: "w", WorkflowKey: "k"})
+	require.NoError(t, err)
+	masters(func(n *redis.Client) { assert.True(t, hasLibrary(t, n), "the library on %s again", n.Options().Addr) })
+
 	// Settlement: its scripts touch the keys of the one slot too.
 	sj, err := q.Enqueue(ctx, queue.EnqueueParams{Settle: true})
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package redisqueue
 import (
 	"cmp"
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +79,8 @@ type Driver struct {
 
 	group grouper // job operations sharing one script call (group.go)
 
+	noFunctions atomic.Bool // the server runs no Functions: EVALSHA (scripts.go)
+
 	psMu     sync.Mutex
 	ps       *redis.PubSub // the subscription (listen.go)
 	psClosed bool          // Close closed it
@@ -100,27 +101,6 @@ type Driver struct {
 	pingSent, pingSeen atomic.Uint64
 	dropMessages       atomic.Bool // tests: lose every message
 }
-
-//go:embed lua/*.lua
-var luaFiles embed.FS
-
-// scripts are the driver's Lua scripts, each the shared lib.lua followed
-// by its own file.
-var scripts = func() map[string]*redis.Script {
-	lib, err := luaFiles.ReadFile("lua/lib.lua")
-	if err != nil {
-		panic(err)
-	}
-	m := map[string]*redis.Script{}
-	for _, name := range []string{"ops", "enqueue", "tick", "stats", "purge", "workflows", "pause", "reconcile", "settle"} {
-		body, err := luaFiles.ReadFile("lua/" + name + ".lua")
-		if err != nil {
-			panic(err)
-		}
-		m[name] = redis.NewScript(string(lib) + "\n" + string(body))
-	}
-	return m
-}()
 
 // New returns a Driver on c, which the caller keeps owning: Close stops
 // the driver's goroutines and its subscription, never c. c may be a
@@ -230,7 +210,7 @@ func (d *Driver) runTag(ctx context.Context, name, tag string, args ...any) (any
 	}
 	all = append(all, d.p, clock)
 	all = append(all, args...)
-	return scripts[name].Run(ctx, d.c, d.keys, all...).Result()
+	return d.call(ctx, name, all)
 }
 
 // runSynced is run for a script that writes jobs: when this process has

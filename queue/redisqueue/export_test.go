@@ -34,3 +34,6 @@ func (d *Driver) RunOps(ctx context.Context, ops ...[]any) ([][]any, []error) {
 	}
 	return res, errs
 }
+
+// LibraryName returns the name of the driver's Functions library.
+func LibraryName() string { return lib.name }

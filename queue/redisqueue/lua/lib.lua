@@ -1,32 +1,38 @@
--- The shared part of every script of the driver (the Go side prepends it
--- to each script's own body). Every script is called with KEYS[1] = the
--- queue's sequence key (for routing on Redis Cluster: every key of a
--- queue shares its hash tag), ARGV[1] = the key prefix ("{prefix}:") and
--- ARGV[2] = the time in microseconds since the epoch to use, or "" for
--- the server's clock. Times are integers of microseconds, written with
--- fmt (a Lua number prints as 1.8e+15 otherwise).
+-- The shared part of every script of the driver. The Go side builds two
+-- things of these files (buildLib in scripts.go): one Redis Functions
+-- library of this file and every script's (a script's file adds its
+-- entry point to entries, and the library registers each), loaded once
+-- and called with FCALL, and, for a Redis without Functions, one EVAL
+-- script per entry point, this file, the entry's file and a call of the
+-- entry. So that a call runs no definitions, everything is defined at
+-- load: the functions below keep the state of a call in the upvalues
+-- that start sets at the beginning of every call (Redis runs one call at
+-- a time).
+--
+-- Every entry is called with KEYS[1] = the queue's sequence key (for
+-- routing on Redis Cluster: every key of a queue shares its hash tag),
+-- ARGV[1] = the key prefix ("{prefix}:") and ARGV[2] = the time in
+-- microseconds since the epoch to use, or "" for the server's clock.
+-- Times are integers of microseconds, written with fmt (a Lua number
+-- prints as 1.8e+15 otherwise).
 --
 -- A job is the hash P.."j:"..id; its fields are listed in record.go.
 
-local P = ARGV[1]
--- ARGV[2] is the time to use (or "") and, after a "|", the caller's tag
--- (see publish).
-local nowArg, TAG = string.match(ARGV[2], '^([^|]*)|?(.*)$')
-local NOW
-if nowArg ~= '' then
-  NOW = tonumber(nowArg)
-else
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local entries = {} -- the entry points by script name
+
+-- The state of a call (start).
+local P     -- the key prefix
+local NOW   -- the time (µs)
+local NOWS  -- NOW as a string
+local TAG   -- the caller's tag (see publish)
+local numstrs, changes, wake, liveCache
 
 local function fmt(n) return string.format('%.0f', n) end
 
--- numstr is fmt remembered for the script's call: a Lua number becomes a
--- string through sprintf, which costs more than most commands, and a
--- group writes the same few numbers (now, versions, lengths) many times.
+-- numstr is fmt remembered for the call: a Lua number becomes a string
+-- through sprintf, which costs more than most commands, and a group
+-- writes the same few numbers (now, versions, lengths) many times.
 -- Scripts pass strings, not numbers, to redis.call for the same reason.
-local numstrs = {}
 local function numstr(n)
   local s = numstrs[n]
   if not s then
@@ -35,7 +41,23 @@ local function numstr(n)
   end
   return s
 end
-local NOWS = numstr(NOW)
+
+-- start sets the state of a call from its ARGV: ARGV[2] is the time to
+-- use (or "") and, after a "|", the caller's tag.
+local function start(ARGV)
+  P = ARGV[1]
+  local nowArg
+  nowArg, TAG = string.match(ARGV[2], '^([^|]*)|?(.*)$')
+  if nowArg ~= '' then
+    NOW = tonumber(nowArg)
+  else
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  numstrs, changes, wake, liveCache = {}, {}, false, nil
+  NOWS = numstr(NOW)
+end
+
 local function jk(id) return P .. 'j:' .. id end
 
 -- Changes written by this script, published at its end as one message
@@ -46,8 +68,6 @@ local function jk(id) return P .. 'j:' .. id end
 -- A caller that tags its call waits until its own subscription has
 -- delivered the tagged message, so the message goes out even with no
 -- change.
-local changes = {}
-local wake = false
 local function changed(id, st, v)
   changes[#changes + 1] = id .. ':' .. st .. ':' .. v
 end
@@ -86,8 +106,7 @@ end
 -- The buckets that hold queued jobs are the sorted set live, by
 -- priority, highest first (score -priority), so that a lease looks at
 -- the buckets of lower priority only when no higher one serves it. A
--- script reads it once (liveBuckets) until it adds or drops a bucket.
-local liveCache
+-- call reads it once (liveBuckets) until it adds or drops a bucket.
 local function liveBuckets()
   if not liveCache then liveCache = redis.call('ZRANGE', P .. 'live', 0, -1) end
   return liveCache

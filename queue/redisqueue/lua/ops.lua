@@ -5,9 +5,7 @@
 -- "full"), a detail (the job's state for "lost" and "invalid") and the
 -- job's record when ok.
 
-due(100)
-
-local paused -- the paused scopes, read once per group
+local paused -- the paused scopes, read once per call
 local function pausedSet()
   if not paused then
     paused = {}
@@ -36,7 +34,7 @@ local function meets(has, need)
   return false
 end
 
-local defs = {} -- bucket id -> decoded definition {wf, priority, requires, needs, excludes}
+local defs -- bucket id -> decoded definition {wf, priority, requires, needs, excludes}, per call
 local function def(bid)
   local d = defs[bid]
   if not d then
@@ -329,23 +327,28 @@ local ops = {
   complete = { complete, 3 }, fail = { fail, 10 }, requeue = { requeue, 7 }, cancel = { cancel, 5 },
   retry = { retry, 2 }, settle = { settle, 1 },
 }
-local out = {}
-local i = 3
-while i <= #ARGV do
-  local op = ops[ARGV[i]]
-  if not op then
-    publish()
-    return redis.error_reply('redisqueue: unknown op ' .. tostring(ARGV[i]))
+entries.ops = function(KEYS, ARGV)
+  start(ARGV)
+  paused, defs = nil, {}
+  due(100)
+  local out = {}
+  local i = 3
+  while i <= #ARGV do
+    local op = ops[ARGV[i]]
+    if not op then
+      publish()
+      return redis.error_reply('redisqueue: unknown op ' .. tostring(ARGV[i]))
+    end
+    local ok, res = pcall(op[1], unpack(ARGV, i + 1, i + op[2]))
+    if ok then
+      out[#out + 1] = res
+    else
+      local msg = res
+      if type(res) == 'table' then msg = res.err end
+      out[#out + 1] = { 'error', tostring(msg) }
+    end
+    i = i + 1 + op[2]
   end
-  local ok, res = pcall(op[1], unpack(ARGV, i + 1, i + op[2]))
-  if ok then
-    out[#out + 1] = res
-  else
-    local msg = res
-    if type(res) == 'table' then msg = res.err end
-    out[#out + 1] = { 'error', tostring(msg) }
-  end
-  i = i + 1 + op[2]
+  publish()
+  return out
 end
-publish()
-return out

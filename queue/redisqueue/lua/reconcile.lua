@@ -7,33 +7,36 @@
 -- dropped; with "records" the lease records, where a record whose job
 -- is gone or not leased is dropped.
 -- It returns {orphans recovered, next offset, done}.
-local records = ARGV[5] == 'records'
-local index = P .. 's:leased'
-if records then index = P .. 'lease' end
-local ids = redis.call('ZRANGE', index, ARGV[3], tonumber(ARGV[3]) + tonumber(ARGV[4]) - 1)
-local n, offset = 0, tonumber(ARGV[3])
-for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', jk(id), 'st', 'le')
-  if records then
-    if f[1] == 'leased' then
-      offset = offset + 1
-    else
+entries.reconcile = function(KEYS, ARGV)
+  start(ARGV)
+  local records = ARGV[5] == 'records'
+  local index = P .. 's:leased'
+  if records then index = P .. 'lease' end
+  local ids = redis.call('ZRANGE', index, ARGV[3], tonumber(ARGV[3]) + tonumber(ARGV[4]) - 1)
+  local n, offset = 0, tonumber(ARGV[3])
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', jk(id), 'st', 'le')
+    if records then
+      if f[1] == 'leased' then
+        offset = offset + 1
+      else
+        redis.call('ZREM', P .. 'lease', id)
+      end
+    elseif not f[1] then
+      redis.call('ZREM', P .. 's:leased', id)
       redis.call('ZREM', P .. 'lease', id)
+    elseif f[1] ~= 'leased' then
+      redis.call('ZREM', P .. 's:leased', id)
+    elseif not redis.call('ZSCORE', P .. 'lease', id) then
+      if f[2] then redis.call('HSET', jk(id), 'le', fmt(NOW)) end
+      expire(id, NOW)
+      n = n + 1
+    else
+      offset = offset + 1
     end
-  elseif not f[1] then
-    redis.call('ZREM', P .. 's:leased', id)
-    redis.call('ZREM', P .. 'lease', id)
-  elseif f[1] ~= 'leased' then
-    redis.call('ZREM', P .. 's:leased', id)
-  elseif not redis.call('ZSCORE', P .. 'lease', id) then
-    if f[2] then redis.call('HSET', jk(id), 'le', fmt(NOW)) end
-    expire(id, NOW)
-    n = n + 1
-  else
-    offset = offset + 1
   end
+  local done = 0
+  if #ids < tonumber(ARGV[4]) then done = 1 end
+  publish()
+  return { n, offset, done }
 end
-local done = 0
-if #ids < tonumber(ARGV[4]) then done = 1 end
-publish()
-return { n, offset, done }

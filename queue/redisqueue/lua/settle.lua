@@ -8,30 +8,31 @@
 -- finished first. A claim is no write of the record: no version, no
 -- message.
 
-due(100)
-
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'uclaim', '-inf', NOW)) do
-  redis.call('ZREM', P .. 'uclaim', id)
-  local f = redis.call('HMGET', jk(id), 'us', 'fi')
-  if f[1] == '1' then redis.call('ZADD', P .. 'unsettled', f[2], id) end
-end
-
-local max = '+inf'
-if ARGV[3] ~= '' then max = ARGV[3] end
-local limit = tonumber(ARGV[5])
-local untilT = NOW + tonumber(ARGV[4])
-local out = {}
-while #out < limit do
-  local ids = redis.call('ZRANGEBYSCORE', P .. 'unsettled', '-inf', max, 'LIMIT', 0, limit - #out)
-  if #ids == 0 then break end
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', P .. 'unsettled', id)
-    local r = record(id)
-    if r[R.us] == '1' then
-      redis.call('ZADD', P .. 'uclaim', untilT, id)
-      out[#out + 1] = pack(r)
-    end -- else a leftover of Redis trouble: dropped
+entries.settle = function(KEYS, ARGV)
+  start(ARGV)
+  due(100)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'uclaim', '-inf', NOW)) do
+    redis.call('ZREM', P .. 'uclaim', id)
+    local f = redis.call('HMGET', jk(id), 'us', 'fi')
+    if f[1] == '1' then redis.call('ZADD', P .. 'unsettled', f[2], id) end
   end
+  local max = '+inf'
+  if ARGV[3] ~= '' then max = ARGV[3] end
+  local limit = tonumber(ARGV[5])
+  local untilT = NOW + tonumber(ARGV[4])
+  local out = {}
+  while #out < limit do
+    local ids = redis.call('ZRANGEBYSCORE', P .. 'unsettled', '-inf', max, 'LIMIT', 0, limit - #out)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      redis.call('ZREM', P .. 'unsettled', id)
+      local r = record(id)
+      if r[R.us] == '1' then
+        redis.call('ZADD', P .. 'uclaim', untilT, id)
+        out[#out + 1] = pack(r)
+      end -- else a leftover of Redis trouble: dropped
+    end
+  end
+  publish()
+  return out
 end
-publish()
-return out

@@ -1,5 +1,8 @@
 -- tick: applies due transitions (up to ARGV[3] of each kind) and returns
 -- {applied, next due time or 0, queued jobs, the time now}.
-local n = due(tonumber(ARGV[3]))
-publish()
-return { n, fmt(nextDue()), redis.call('ZCARD', P .. 's:queued'), fmt(NOW) }
+entries.tick = function(KEYS, ARGV)
+  start(ARGV)
+  local n = due(tonumber(ARGV[3]))
+  publish()
+  return { n, fmt(nextDue()), redis.call('ZCARD', P .. 's:queued'), fmt(NOW) }
+end
