@@ -46,7 +46,14 @@ func (b *bundle) snapshot(t *testing.T, jobID string) snapshot {
 // no worker added or altered, no backend, no job touched.
 func TestRefusals(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, &bundleOpts{fleet: func(c *fleet.Config) { c.MaxBody = 4 << 10; c.MaxRegisterBody = 8 << 10 }})
+	b := newBundle(t, &bundleOpts{fleet: func(c *fleet.Config) {
+		c.MaxBody = 4 << 10
+		c.MaxRegisterBody = 8 << 10
+		// w1 calls once, then the cases run: it must stay online through
+		// them however slow the machine (with the bundle's 300ms it went
+		// offline under load, and "register an online id" was accepted).
+		c.OfflineAfter = time.Minute
+	}})
 	reg := b.register(t, "w1", "a")
 	rev := b.register(t, "revoked", "a")
 	require.NoError(t, b.h.Revoke(t.Context(), "revoked"))
