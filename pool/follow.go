@@ -407,6 +407,31 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 		}
 		return false
 	}
+	// relay passes on an event of this Pool's that does not end the job.
+	relay := func(ev Event) {
+		if ev.Kind == last && ev.Kind == EventJobRetrying {
+			return // reported already from the record, which changed first
+		}
+		send(ev) // a start reported already is dropped there (startedFor)
+	}
+	// finish ends the Watch of a job this Pool ended: the events local
+	// holds still come first (this goroutine may learn of the end before
+	// it has read them all), then the end (on local too, unless local was
+	// full; the outcome says the same).
+	finish := func(o *outcome) {
+		for {
+			select {
+			case ev, ok := <-local:
+				if ok && !isTerminal(ev.Kind) {
+					relay(ev)
+					continue
+				}
+			default:
+			}
+			final(o.event())
+			return
+		}
+	}
 	if o, ending := p.localOutcome(id); o != nil || ending != nil {
 		if ending != nil {
 			select {
@@ -416,7 +441,12 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 			}
 		}
 		if o, _ = p.localOutcome(id); o != nil {
-			final(o.event())
+			// It ended here, maybe after Watch read qj (this goroutine can
+			// run late): the state qj shows comes first.
+			if qj != nil && !qj.State.Terminal() {
+				report(qj)
+			}
+			finish(o)
 			return
 		}
 	}
@@ -433,18 +463,14 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 				final(ev)
 				return
 			}
-			if ev.Kind == last && ev.Kind == EventJobRetrying {
-				continue // reported already from the record, which changed first
-			}
-			send(ev) // a start reported already is dropped there (startedFor)
+			relay(ev)
 		case <-changed:
 			// Before reading: a change made while the record is read
 			// wakes the next round (else, were it the end, the Watch
 			// would wait for a change that never comes).
 			changed = p.follow.changed(id)
 			if o, ending := p.localOutcome(id); o != nil || ending != nil {
-				// This Pool ended it: its terminal event is on local, unless
-				// local was full; the outcome says the same.
+				// This Pool ended it.
 				if ending != nil {
 					select {
 					case <-ending:
@@ -454,7 +480,7 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 					o, _ = p.localOutcome(id)
 				}
 				if o != nil {
-					final(o.event())
+					finish(o)
 					return
 				}
 				continue
