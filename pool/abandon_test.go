@@ -44,6 +44,7 @@ func executions(t *testing.T, servers ...*comfytest.Server) int {
 // 5s. Whatever the server did with the prompt meanwhile, the job runs
 // exactly once across the servers.
 func TestStartTimeoutDuringSlowPost(t *testing.T) {
+	t.Parallel()
 	// The prompt waits in gpu-0's queue behind another user's prompt: the
 	// start timeout gives the attempt up, and the prompt is deleted from
 	// gpu-0's queue before the job is retried on gpu-1, so it does not run
@@ -103,6 +104,7 @@ func TestStartTimeoutDuringSlowPost(t *testing.T) {
 // error matching ErrBackendRemoved. The requeue does not use up the job's
 // attempts.
 func TestRemoveBackendRecordsAbandonedAttempt(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		synctest.Wait()

@@ -76,6 +76,7 @@ func simulate(t *testing.T, policy pool.Policy) time.Duration {
 // COMFYPOOL_SIM_REPORT set it prints the makespans for
 // BenchmarkWarmAffinity.
 func TestWarmAffinityBeatsRoundRobin(t *testing.T) {
+	t.Parallel()
 	var warm, rr time.Duration
 	synctest.Test(t, func(t *testing.T) { warm = simulate(t, nil) })
 	synctest.Test(t, func(t *testing.T) { rr = simulate(t, &pool.RoundRobin{}) })

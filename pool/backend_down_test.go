@@ -20,6 +20,7 @@ import (
 // waiting for WaitConnected's context to end; it clears once the backend
 // connects.
 func TestBackendDownFromStartAnnounced(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := newBundle(t, []*comfytest.Options{nil, nil}, nil)
 		b.servers[0].FailNext("/ws", 3, http.StatusServiceUnavailable)

@@ -27,6 +27,7 @@ func backendNames(p *pool.WorkflowPool) []string {
 }
 
 func TestAddBackend(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		ctx := t.Context()
@@ -52,6 +53,7 @@ func TestAddBackend(t *testing.T) {
 }
 
 func TestRemoveBackendRequeuesRunningJob(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, id := hungJobOnFirstBackend(t)
 		ctx := t.Context()
@@ -75,6 +77,7 @@ func TestRemoveBackendRequeuesRunningJob(t *testing.T) {
 }
 
 func TestDrainBackendWaitsForRunningJob(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, id := hungJobOnFirstBackend(t)
 		ctx := t.Context()
@@ -122,6 +125,7 @@ func waitState(t *testing.T, ch <-chan pool.Event, backend string, st comfy.Stat
 }
 
 func TestReconnectGrace(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, grace time.Duration, prefer []string) (backend string, waited time.Duration) {
 		b := setup(t, 2, nil, func(c *pool.Config) {
 			for i := range c.Backends {
@@ -182,6 +186,7 @@ func exclude(prefer []string) []string {
 }
 
 func TestPreferBackends(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 3, nil, nil)
 		ctx := t.Context()
@@ -199,6 +204,7 @@ func TestPreferBackends(t *testing.T) {
 }
 
 func TestWarmAffinityPrefersLastWorkflow(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		ctx := t.Context()
@@ -253,6 +259,7 @@ func (g *gate) open(k failover.Key) {
 }
 
 func TestCustomFailoverStrategyWakesDispatcher(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		wf := zeroWF(t, 1)
 		raw, err := json.Marshal(wf)
@@ -280,6 +287,7 @@ func TestCustomFailoverStrategyWakesDispatcher(t *testing.T) {
 }
 
 func TestRoundRobinPolicyRotates(t *testing.T) {
+	t.Parallel()
 	rr := &pool.RoundRobin{}
 	var got [][]string
 	for range 3 {
@@ -292,6 +300,7 @@ func TestRoundRobinPolicyRotates(t *testing.T) {
 }
 
 func TestWarmAffinityPolicyOrder(t *testing.T) {
+	t.Parallel()
 	c := []pool.Candidate{
 		{Name: "busy", Index: 0, InFlight: 1, MaxInFlight: 2},
 		{Name: "idle", Index: 1, InFlight: 0, MaxInFlight: 1},
@@ -326,6 +335,7 @@ func hungJobOnFirstBackend(t *testing.T) (*bundle, string) {
 }
 
 func TestWaitConnected(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		n, err := b.pool.WaitConnected(t.Context(), 0)
@@ -363,6 +373,7 @@ func TestWaitConnected(t *testing.T) {
 // BackendTag pins a job to one backend exactly: a backend added later
 // does not get it, as it would with ExcludeBackends listing the others.
 func TestBackendTagPinsExactly(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		b.servers[0].HangPrompts(true)

@@ -66,6 +66,7 @@ func (h *heldAnswer) Ready() <-chan struct{} { return h.Driver.(queue.Notifier).
 // job retrying after Cancel had handed it to the runner: the job stayed
 // "retrying" forever in the Pool, and Cancel and Wait never returned.)
 func TestCancelWhileFailIsAnswered(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		h := newHeldAnswer(t, "Fail")
 		q := queue.New(h)
@@ -102,6 +103,7 @@ func TestCancelWhileFailIsAnswered(t *testing.T) {
 // that lacks what the job needs gives it back to the queue ends the job
 // cancelled, as above.
 func TestCancelWhileRerouteIsAnswered(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		h := newHeldAnswer(t, "Requeue")
 		q := queue.New(h)

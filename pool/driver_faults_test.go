@@ -52,6 +52,7 @@ var errTransient = queue.Retryable(errors.New("store: connection reset"))
 // TestDriverCompleteFailsOnceTransiently: a retryable Complete error is
 // retried: the job completes once, in the pool and in the queue.
 func TestDriverCompleteFailsOnceTransiently(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		b.flaky.FailNext(queuetest.OpComplete, 1, queuetest.Fault{Err: errTransient})
@@ -79,6 +80,7 @@ func TestDriverCompleteFailsOnceTransiently(t *testing.T) {
 // the attempt is counted once and the job retried after its backoff, not
 // after its lease expired.
 func TestDriverFailFailsOnceTransiently(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		b.servers[0].FailNext("/prompt", 1, 500)
@@ -109,6 +111,7 @@ func TestDriverFailFailsOnceTransiently(t *testing.T) {
 // leased: the call did not happen), and the job goes on when the lease
 // expires.
 func TestDriverFailFailsPermanently(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		b.servers[0].FailNext("/prompt", 1, 500)
@@ -140,6 +143,7 @@ func TestDriverFailFailsPermanently(t *testing.T) {
 // lost (a permanent error): the pool reads the job back and sees it
 // retrying.
 func TestDriverFailAppliedButAnswerLost(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		b.servers[0].FailNext("/prompt", 1, 500)
@@ -164,6 +168,7 @@ func TestDriverFailAppliedButAnswerLost(t *testing.T) {
 // settle can still be cancelled, and ends cancelled in the Pool and in the
 // queue.
 func TestDriverCancelWhileLeaseHeld(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		b.servers[0].FailNext("/prompt", 1, 500)
@@ -185,6 +190,7 @@ func TestDriverCancelWhileLeaseHeld(t *testing.T) {
 // TestDriverLeaseFailsOnceTransiently: a retryable Lease error does not
 // leave the job waiting for the next wake-up.
 func TestDriverLeaseFailsOnceTransiently(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setupFlaky(t)
 		synctest.Wait() // connected and idle
@@ -213,6 +219,7 @@ func countKind(evs []pool.Event, job string, kind pool.EventKind) int {
 // transient Requeue error is retried, so the queue holds what the Pool
 // shows.
 func TestDriverRerouteRequeueFailsOnceTransiently(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 // backend's client:state, however its watchers are scheduled (real
 // sockets and goroutines here: the order was a race).
 func TestPoolReadyComesFirst(t *testing.T) {
+	t.Parallel()
 	var srvs []*comfytest.Server
 	for range 8 {
 		s := comfytest.NewServer(nil)

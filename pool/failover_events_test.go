@@ -87,6 +87,7 @@ func (r *reporter) subscribers() int {
 // and unblocks published on the bus of every Pool it serves, from Start
 // until Stop, as the built-in SmartFailover's are.
 func TestFailoverStrategyEventsPublished(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := newReporter()
 		d, err := memqueue.New(nil)

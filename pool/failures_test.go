@@ -91,6 +91,7 @@ func inServerQueue(t *testing.T, srv *comfytest.Server, id string) bool {
 }
 
 func TestFailureNeverStarts(t *testing.T) {
+	t.Parallel()
 	t.Run("retried elsewhere", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, 2, nil, nil)
@@ -155,6 +156,7 @@ func TestFailureNeverStarts(t *testing.T) {
 // SilenceThreshold and recovers the result; the job completes on the same
 // backend in one attempt.
 func TestFailureGoesSilent(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, slowSampler(20*time.Second), func(c *pool.Config) {
 			for i := range c.Backends {
@@ -192,6 +194,7 @@ func TestFailureGoesSilent(t *testing.T) {
 // interrupt lands between steps: the job ends at the step after the
 // timeout.
 func TestFailureTakesTooLong(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, slowSampler(40*time.Second), nil)
 		ch, _ := b.pool.Subscribe(append([]pool.EventKind{pool.EventJobRetrying, pool.EventJobProgress}, terminalKinds...)...)
@@ -239,6 +242,7 @@ func TestFailureTakesTooLong(t *testing.T) {
 // An overall timeout on a server that ignores the interrupt (a stuck
 // node, an old server): the job must still end when the timeout fires.
 func TestFailureTimeoutOnServerIgnoringInterrupt(t *testing.T) {
+	t.Parallel()
 	// The runner interrupts the prompt, waits Config.InterruptTimeout
 	// (30s by default) for it to stop, then abandons it.
 	synctest.Test(t, func(t *testing.T) {
@@ -261,6 +265,7 @@ func TestFailureTimeoutOnServerIgnoringInterrupt(t *testing.T) {
 // A backend dies while running a job: the job completes on another backend
 // with exactly one terminal event.
 func TestFailureBackendDiesMidJob(t *testing.T) {
+	t.Parallel()
 	t.Run("server closed", func(t *testing.T) {
 		// The client keeps trying to reconnect; after Config.OfflineTimeout
 		// (1m by default) the pool gives the attempt up as a backend fault
@@ -330,6 +335,7 @@ func TestFailureBackendDiesMidJob(t *testing.T) {
 // dropped): the pool sees it reconnect and gives it work again, without a
 // failover block.
 func TestFailureBackendRestartRejoins(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		ch, _ := b.pool.Subscribe(pool.EventClientState, pool.EventClientBlockedWorkflow)
@@ -406,7 +412,10 @@ func (l *lateAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 // reach the pool before the POST /prompt answer: every job completes
 // exactly once (one job:started, one terminal event, one prompt), nothing
 // hangs. 200 jobs here; 1,000 in the soak (COMFYPOOL_SOAK=1).
-func TestFailureEventsBeforeHTTPAnswer(t *testing.T) { eventsBeforeHTTPAnswer(t, 200) }
+func TestFailureEventsBeforeHTTPAnswer(t *testing.T) {
+	t.Parallel()
+	eventsBeforeHTTPAnswer(t, 200)
+}
 
 func TestSoakFailureEventsBeforeHTTPAnswer(t *testing.T) {
 	soakOnly(t)
@@ -488,6 +497,7 @@ func eventsBeforeHTTPAnswer(t *testing.T, n int) {
 
 // A job enqueued while every backend is down runs once one comes up.
 func TestFailureAllBackendsDownAtEnqueue(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var srvs []*comfytest.Server
 		for range 2 {

@@ -35,6 +35,7 @@ func rounds(n int) {
 // then stay put (no ping-pong): the lease changes are few and none happen
 // in the later rounds. Each backend is driven by exactly one Pool.
 func TestFairShareTwoPools(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 4, time.Second)
@@ -99,6 +100,7 @@ func TestFairShareTwoPools(t *testing.T) {
 // to any server), and the shares become 2, 1 and 1. Then the Pool with
 // two stops: the other two take its backends within two rounds.
 func TestFairShareThirdPoolArrivesAndOneLeaves(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 4, 10*time.Second)
@@ -176,6 +178,7 @@ func TestFairShareThirdPoolArrivesAndOneLeaves(t *testing.T) {
 // Without a HolderRegistry the first Pool takes every backend and keeps
 // them (the behaviour before fair shares).
 func TestFairShareNeedsRegistry(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 4, time.Second)
@@ -196,6 +199,7 @@ func TestFairShareNeedsRegistry(t *testing.T) {
 // TTL is taken as a spare. Every backend ends up driven by exactly one
 // Pool, and then the leases stay put.
 func TestFairShareDifferentLists(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 4, time.Second)
@@ -241,6 +245,7 @@ func TestFairShareDifferentLists(t *testing.T) {
 // all four, two of them running slow jobs, when p1 arrives; p0 gives
 // the two idle ones at once and keeps the busy ones, whose jobs go on.
 func TestFairShareHandsIdleBackendsOverFirst(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 4, 10*time.Second)

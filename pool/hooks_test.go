@@ -93,6 +93,7 @@ func (l *ledger) settled(jobID string) (consumed, refunded int, why error) {
 }
 
 func TestAccountingExactlyOncePerJob(t *testing.T) {
+	t.Parallel()
 	n := 300
 	if raceEnabled {
 		n = 150
@@ -203,6 +204,7 @@ func TestAccountingExactlyOncePerJob(t *testing.T) {
 }
 
 func TestAccountingPanicsAndStop(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		led := newLedger()
 		b := setup(t, 1, nil, func(c *pool.Config) { c.Accounting = &panicky{ledger: led} })
@@ -245,6 +247,7 @@ func (p *panicky) Refund(ctx context.Context, job *pool.JobInfo, why error) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		led := newLedger()
 		calls := 0
@@ -295,6 +298,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestStopAndCancel(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		led := newLedger()
 		b := setup(t, 1, nil, func(c *pool.Config) { c.Accounting = led })
@@ -337,6 +341,7 @@ func TestStopAndCancel(t *testing.T) {
 // (downloaded outputs, whole error chains); after it, Job and Wait answer
 // from the queue's record, until the queue drops the record.
 func TestRetentionByTime(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)
@@ -373,6 +378,7 @@ func TestRetentionByTime(t *testing.T) {
 // TestStartProbe runs over loopback: httptest servers that reject every
 // request, and an address where nothing listens.
 func TestStartProbe(t *testing.T) {
+	t.Parallel()
 	reject := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 	}))

@@ -16,6 +16,7 @@ import (
 // workflow again still gets the first job. Both while the Pool holds the
 // job's record and after it dropped it (the queue still holds the key).
 func TestIdempotencyKeyWithAnotherWorkflow(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, func(c *pool.Config) { c.MaxRetained = 1 })
 		ctx := t.Context()
@@ -51,6 +52,7 @@ func TestIdempotencyKeyWithAnotherWorkflow(t *testing.T) {
 // A key whose job the queue dropped (purged) is free again: Enqueue makes
 // a new job rather than answer with an ID the queue no longer knows.
 func TestIdempotencyKeyAfterPurge(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		ctx := t.Context()

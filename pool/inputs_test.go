@@ -51,6 +51,7 @@ func uploads(s *comfytest.Server) int {
 }
 
 func TestInputFilesUploadedToEachAttemptsBackend(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		// gpu-1 already holds a different photo.png: its upload is renamed.
@@ -102,6 +103,7 @@ func TestInputFilesUploadedToEachAttemptsBackend(t *testing.T) {
 }
 
 func TestInputFileErrors(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var blocked int
 		b := setup(t, 1, nil, func(c *pool.Config) {
@@ -138,6 +140,7 @@ func TestInputFileErrors(t *testing.T) {
 }
 
 func TestInputFileFromSourceMovesOnlyAcrossBackends(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		ctx := t.Context()
@@ -198,6 +201,7 @@ func TestInputFileFromSourceMovesOnlyAcrossBackends(t *testing.T) {
 }
 
 func TestSystemStatsAndBackendTags(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, func(c *pool.Config) { c.Backends[1].Tags = []string{"sdxl"} })
 		b.servers[1].SetVRAMFree(1 << 30)

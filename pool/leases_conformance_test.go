@@ -11,6 +11,7 @@ import (
 // MemoryBackendLeases passes the conformance suite of backend leases and
 // holder registries, in synctest bubbles.
 func TestMemoryBackendLeasesConformance(t *testing.T) {
+	t.Parallel()
 	sharedtest.RunBackendLeasesTests(t, sharedtest.LeasesHarness{
 		Synctest: true,
 		NewBacking: func(*testing.T, func() time.Time) func() pool.BackendLeases {

@@ -87,6 +87,7 @@ func slowServers(t *testing.T, n int, d time.Duration) []*comfytest.Server {
 // server ever holds two prompts at once, though both Pools dispatch; each
 // Pool shows which Pool drives each backend.
 func TestBackendLeasesOneDriverPerBackend(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, 2*time.Second)
@@ -140,6 +141,7 @@ func leaseEvents(p *pool.WorkflowPool) func() []pool.Event {
 // its running job ended, and the other Pool takes the backends over at
 // its next renewal and runs the jobs.
 func TestBackendLeasesTakenOverWhenHolderStops(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, 2*time.Second)
@@ -193,6 +195,7 @@ func TestBackendLeasesTakenOverWhenHolderStops(t *testing.T) {
 // leases expire it claims nothing more, says so, and its running job
 // finishes; the other Pool takes the backends over.
 func TestBackendLeasesExpireWhenRenewalsFail(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 1, 5*time.Second)
@@ -241,6 +244,7 @@ func TestBackendLeasesExpireWhenRenewalsFail(t *testing.T) {
 // A Pool that holds none of its backends (another Pool holds them all)
 // still enqueues, waits, watches and cancels.
 func TestBackendLeasesHolderOfNothingServesTheQueue(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 1, 2*time.Second)
@@ -280,6 +284,7 @@ func TestBackendLeasesHolderOfNothingServesTheQueue(t *testing.T) {
 // A backend added at run time has its lease taken at once; a backend
 // removed gives its lease back, and another Pool listing it takes it.
 func TestBackendLeasesFollowAddAndRemove(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		srvs := slowServers(t, 2, time.Second)

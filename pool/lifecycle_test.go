@@ -17,6 +17,7 @@ import (
 // soon as ctx ends, even while a prompt ignores its interrupt, and a second
 // Stop finishes the stop.
 func TestStopReturnsWhenCtxEnds(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, func(c *pool.Config) { c.InterruptTimeout = time.Minute })
 		b.servers[0].HangPrompts(true)

@@ -64,6 +64,7 @@ func poolOn(t *testing.T, q *queue.Queue, prefix string, n int, edit func(*pool.
 // Two Pools on one queue: jobs enqueued by one run on the other's
 // backends; Wait, Watch, Job and Cancel work from either.
 func TestTwoPoolsShareOneQueue(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		front := poolOn(t, q, "front", 0, nil) // no backends: it only enqueues and reads
@@ -119,6 +120,7 @@ func TestTwoPoolsShareOneQueue(t *testing.T) {
 // A Cancel from one Pool stops the prompt another Pool runs; exactly one
 // terminal event per Pool's bus, and the job's Accounting settled once.
 func TestCancelAcrossPools(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		led := newLedger()
@@ -159,6 +161,7 @@ func TestCancelAcrossPools(t *testing.T) {
 // A Pool stopped mid-batch and a new one started on the same queue (a
 // deploy) finish every job exactly once.
 func TestRestartMidBatch(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		servers := make([]*comfytest.Server, 2)
@@ -209,7 +212,10 @@ func TestRestartMidBatch(t *testing.T) {
 
 // Watch delivers the terminal event of every job, though its channel
 // holds 64 events and the reader only reads once all jobs ended.
-func TestWatchNeverLosesTheEnd(t *testing.T) { watchMany(t, 300) }
+func TestWatchNeverLosesTheEnd(t *testing.T) {
+	t.Parallel()
+	watchMany(t, 300)
+}
 
 // TestSoakWatch10k is TestWatchNeverLosesTheEnd with 10,000 concurrent
 // jobs and watches.
@@ -260,6 +266,7 @@ func watchMany(t *testing.T, n int) {
 // The queue's change feed can drop changes for a slow reader (a gap):
 // Wait and Watch read the record again and still see the end.
 func TestWaitAcrossAGap(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		front := poolOn(t, q, "front", 1, nil)
@@ -291,6 +298,7 @@ func TestWaitAcrossAGap(t *testing.T) {
 // With a file store, outputs outlive their backend: a job run by one Pool
 // is read by another through the store, after the backend is gone.
 func TestOutputsOutliveTheirBackend(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		st := sharedStore(t)
@@ -321,6 +329,7 @@ func TestOutputsOutliveTheirBackend(t *testing.T) {
 // one Pool runs on another's backend; without one, the job stays with the
 // Pool whose process holds the func.
 func TestInputsThroughTheFileStore(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		st := sharedStore(t)
@@ -363,6 +372,7 @@ func TestInputsThroughTheFileStore(t *testing.T) {
 // (here: a tag only the other Pool's backend has); the other Pool runs it.
 // Alone on its own queue, the same Pool refuses it.
 func TestSharedQueueAcceptsJobsForOtherPools(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		front := poolOn(t, q, "front", 1, nil)
@@ -384,6 +394,7 @@ func TestSharedQueueAcceptsJobsForOtherPools(t *testing.T) {
 // A Pool that stopped acts on no job: the deadline of a job it gave back
 // to a shared queue is left to the next Pool that runs it.
 func TestStoppedPoolEnforcesNoDeadline(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		a := poolOn(t, q, "a", 1, nil)

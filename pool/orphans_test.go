@@ -22,6 +22,7 @@ import (
 // prompt of an unfinished job (another process follows it) and a
 // prompt that is not a Pool's stay.
 func TestTakeoverStopsOrphanedPrompts(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		q := sharedQueue(t)

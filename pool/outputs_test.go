@@ -27,6 +27,7 @@ func readAll(t *testing.T) func(io.ReadCloser, error) []byte {
 }
 
 func TestOutputsStreamedAndDownloadedEagerly(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		wf := mustWF(t, comfytest.WorkflowOK)
@@ -63,6 +64,7 @@ func TestOutputsStreamedAndDownloadedEagerly(t *testing.T) {
 }
 
 func TestOutputDownloadTooLarge(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, func(c *pool.Config) { c.MaxDownloadBytes = 16 })
 		_, err := b.pool.Run(t.Context(), mustWF(t, comfytest.WorkflowOK), &pool.EnqueueOpts{DownloadOutputs: true})

@@ -138,6 +138,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestJobCompletesWithEventsInOrder(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		nodes := comfytest.Builtins()
 		s := nodes["FakeSampler"]
@@ -225,10 +226,12 @@ func runMany(t *testing.T, backends, n, inflight int) {
 }
 
 func TestManyZeroLengthJobs(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) { runMany(t, 4, 200, 1) })
 }
 
 func TestJobsEightBackendsTwoSlots(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) { runMany(t, 8, 200, 2) })
 }
 
@@ -238,6 +241,7 @@ func TestSoakThousandJobsEightBackends(t *testing.T) {
 }
 
 func TestBackendFaultRetriedElsewhere(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var blocked []failover.Event
 		var mu sync.Mutex
@@ -277,6 +281,7 @@ func TestBackendFaultRetriedElsewhere(t *testing.T) {
 // job that was retried must not read as a backend fault (the zero value
 // of failover.Class was ClassBackend).
 func TestSuccessfulAttemptIsNotABackendFault(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		b.servers[0].FailNext("/prompt", 1, 500)
@@ -296,6 +301,7 @@ func TestSuccessfulAttemptIsNotABackendFault(t *testing.T) {
 }
 
 func TestWorkflowFaultFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		ch, _ := b.pool.Subscribe(pool.EventJobRetrying, pool.EventJobFailed, pool.EventClientBlockedWorkflow)
@@ -321,6 +327,7 @@ func TestWorkflowFaultFailsAtOnce(t *testing.T) {
 }
 
 func TestRetryWaitsForCooldownWithNoOtherActivity(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, func(c *pool.Config) {
 			c.Failover = &failover.Config{Cooldown: 30 * time.Second}
@@ -347,6 +354,7 @@ func TestRetryWaitsForCooldownWithNoOtherActivity(t *testing.T) {
 }
 
 func TestCancelQueuedAndRunning(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		ch, _ := b.pool.Subscribe(pool.EventJobCancelled, pool.EventJobFailed, pool.EventJobRetrying, pool.EventJobStarted, pool.EventClientBlockedWorkflow)
@@ -390,6 +398,7 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 }
 
 func TestStrictBinding(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ok := structureOf(t, comfytest.WorkflowOK)
 		zero := zeroWF(t, 0)
@@ -437,6 +446,7 @@ func TestStrictBinding(t *testing.T) {
 }
 
 func TestBackendDownAtStart(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		dead := comfytest.NewInMemoryServer(nil)
 		dead.Close()
@@ -459,6 +469,7 @@ func TestBackendDownAtStart(t *testing.T) {
 }
 
 func TestStopWithInFlightJobs(t *testing.T) {
+	t.Parallel()
 	t.Run("finish", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			nodes := comfytest.Builtins()
@@ -507,6 +518,7 @@ func TestStopWithInFlightJobs(t *testing.T) {
 }
 
 func TestTimeouts(t *testing.T) {
+	t.Parallel()
 	t.Run("queue", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, 1, nil, nil)
@@ -585,6 +597,7 @@ func TestSubscribe(t *testing.T) {
 }
 
 func TestEventDropsCounted(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, func(c *pool.Config) { c.EventBuffer = 1 })
 		_, _ = b.pool.Subscribe(pool.EventJobQueued) // never read
@@ -597,6 +610,7 @@ func TestEventDropsCounted(t *testing.T) {
 }
 
 func TestRetentionBounded(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, func(c *pool.Config) { c.MaxRetained = 5 })
 		var ids []string
@@ -619,6 +633,7 @@ func TestRetentionBounded(t *testing.T) {
 }
 
 func TestBackendRestartMidJob(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 2, nil, nil)
 		synctest.Wait() // both connected: gpu-0 is offered the job first

@@ -55,6 +55,7 @@ func newProviderBundle(t *testing.T, cloudKeyUsed string, logger *slog.Logger) *
 // its output downloaded through /api/view's redirect, the key never
 // reaching the storage host.
 func TestProviderRouting(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := newProviderBundle(t, cloudKey, slog.New(slog.DiscardHandler))
 		require.NoError(t, b.pool.Start(t.Context()))
@@ -129,6 +130,7 @@ func countOK(s *comfytest.Server) int {
 // backend alone, Start fails (its system_stats is public: the Pool asks
 // a route that needs the key).
 func TestProviderCloudWrongKey(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var logs logCapture
 		const wrong = "comfyui-pooltest-WRONG/a+b"
@@ -180,6 +182,7 @@ func (l *logCapture) String() string {
 }
 
 func TestProviderConfig(t *testing.T) {
+	t.Parallel()
 	key := &comfy.ClientOptions{APIKey: cloudKey}
 	for _, tt := range []struct {
 		name string
@@ -209,6 +212,7 @@ func TestProviderConfig(t *testing.T) {
 // none, and it leases the jobs that require the cloud provider while one
 // that declares nothing (self-hosted) does not.
 func TestProviderRemoteBackend(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, st, rbs := remoteBundle(t, 0, nil,
 			pool.BackendConfig{Name: "agent-cloud", Provider: pool.ProviderCloud},

@@ -67,6 +67,7 @@ func runRemote(ctx context.Context, st *files.Store, j *pool.RemoteJob, image []
 // end under the worker's name, Wait's result opens the output, and the
 // record names the worker.
 func TestRemoteBackendRunsAJob(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, st, rbs := remoteBundle(t, 0, nil, pool.BackendConfig{Name: "agent-1"})
 		p := b.pool
@@ -123,6 +124,7 @@ func TestRemoteBackendRunsAJob(t *testing.T) {
 // Cancel reaches the worker through Interrupted; its Fail then ends the
 // job as cancelled.
 func TestRemoteBackendCancel(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, _, rbs := remoteBundle(t, 0, nil, pool.BackendConfig{Name: "agent-1"})
 		p := b.pool
@@ -150,6 +152,7 @@ func TestRemoteBackendCancel(t *testing.T) {
 // completion is refused. A worker that gives a job back (Requeue) does
 // not count an attempt.
 func TestRemoteBackendOfflineAndRequeue(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, st, rbs := remoteBundle(t, 0, func(c *pool.Config) { c.OfflineTimeout = 5 * time.Second },
 			pool.BackendConfig{Name: "agent-1"}, pool.BackendConfig{Name: "agent-2"})
@@ -187,6 +190,7 @@ func TestRemoteBackendOfflineAndRequeue(t *testing.T) {
 // A worker bound to one workflow never gets another: its Lease waits
 // until its ctx ends. Lease reports removal and the Pool's stop.
 func TestRemoteBackendStrictBindingAndEnds(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		bound := structureOf(t, comfytest.WorkflowOK)
 		b, _, rbs := remoteBundle(t, 0, nil, pool.BackendConfig{Name: "agent-1", Workflows: []hash.Sum{bound}})
@@ -209,6 +213,7 @@ func TestRemoteBackendStrictBindingAndEnds(t *testing.T) {
 // Dialled and remote backends share one queue: every job completes
 // exactly once, on one or the other.
 func TestRemoteAndDialledBackendsShareJobs(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, st, rbs := remoteBundle(t, 2, nil, pool.BackendConfig{Name: "agent-1", MaxInFlight: 2})
 		p := b.pool
@@ -263,6 +268,7 @@ func TestRemoteAndDialledBackendsShareJobs(t *testing.T) {
 
 // AddRemote refuses a URL, a Pool without a file store and a taken name.
 func TestAddRemoteValidation(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := newBundle(t, make([]*comfytest.Options, 1), nil)
 		_, err := b.pool.AddRemote(t.Context(), pool.BackendConfig{Name: "agent-1"}, nil)
@@ -280,6 +286,7 @@ func TestAddRemoteValidation(t *testing.T) {
 // Watch reports a job's start once, whether the record's change (the
 // attempt written down) or the runner's own event comes first.
 func TestWatchReportsStartOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := startedBundle(t, make([]*comfytest.Options, 1), nil)
 		p := b.pool
@@ -302,6 +309,7 @@ func TestWatchReportsStartOnce(t *testing.T) {
 // a class never leases a job that needs it; one that has it does.
 // StoredInput hands out the reference of an input the Pool stored.
 func TestRemoteCapabilitiesOfAndStoredInput(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b, st, _ := remoteBundle(t, 0, nil)
 		p := b.pool

@@ -18,6 +18,7 @@ import (
 // and completes, and the backend is not blamed: no failover block (the
 // pool has one backend, so a block would hold the retry for a minute).
 func TestPromptRemovedBySomeoneElseRetriedWithoutBlock(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		srv := b.servers[0]

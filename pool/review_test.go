@@ -23,6 +23,7 @@ import (
 // and it reads the job back: the completion it finds is not its own, so
 // it must not Consume a second time.
 func TestLeaseLostToAnotherPoolSettlesOnce(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)
@@ -72,6 +73,7 @@ func TestLeaseLostToAnotherPoolSettlesOnce(t *testing.T) {
 // job the front enqueues, once the worker idles, must still reach the
 // worker.
 func TestIdleWorkerWakesForAFrontsJob(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		front := poolOn(t, q, "front", 0, nil)
@@ -96,6 +98,7 @@ func TestIdleWorkerWakesForAFrontsJob(t *testing.T) {
 // gets the prompt's messages from the first moment: the takeover must not
 // race with them (run under -race).
 func TestTakeOverOfAPromptWithMessagesIsRaceFree(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)
@@ -123,6 +126,7 @@ func TestTakeOverOfAPromptWithMessagesIsRaceFree(t *testing.T) {
 // Stop up: the channel is closed, without the terminal event, when the
 // Pool stops.
 func TestStopDoesNotWaitForAStalledWatch(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		wf := mustWF(t, comfytest.WorkflowSampler)
@@ -166,6 +170,7 @@ func (s *slowComplete) Complete(ctx context.Context, id, token string, result []
 // reports that the job completed (ErrInvalidState), not a nil that says
 // the cancel took.
 func TestCancelDuringCompleteSaysCompleted(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)

@@ -34,6 +34,7 @@ func hooksOf(l *ledger, id string) (consumed, refunded int) {
 // one Consume for a completed job, one Refund for a job whose lease
 // expired with no attempt left. Nothing is settled twice.
 func TestAccountingSettledAfterARunnerDied(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		led := newLedger()
@@ -86,6 +87,7 @@ func TestAccountingSettledAfterARunnerDied(t *testing.T) {
 
 // Jobs a live Pool runs are settled by it, once: its sweeps find nothing.
 func TestAccountingSweepLeavesSettledJobs(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		led := newLedger()
 		b := startedBundle(t, make([]*comfytest.Options, 2), func(c *pool.Config) { c.Accounting, c.SettleAfter = led, settleAfter })
@@ -103,6 +105,7 @@ func TestAccountingSweepLeavesSettledJobs(t *testing.T) {
 // Retry of a job whose end nobody settled settles that end first: the
 // failed run is refunded, the retried run reserved and consumed.
 func TestRetrySettlesAnUnsettledEnd(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
 		acct := &retryLedger{}

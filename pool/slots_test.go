@@ -59,6 +59,7 @@ func (w *slotWatch) at(id string) map[string]int {
 // enqueue the next jobs and have them placed on it. The check runs inside
 // Accounting's Consume/Refund, which the Pool calls before Wait returns.
 func TestBackendFreeWhenJobEnds(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		run  func(t *testing.T, b *bundle) string
@@ -136,6 +137,7 @@ func (pp *pausingPolicy) Prefer(*pool.Candidate) []string { return nil }
 // an earlier job still runs on the free backend it prefers, not on
 // whichever backend of that round leases after it appeared.
 func TestPreferBackendsJobEnqueuedDuringDispatch(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		pp := &pausingPolicy{}
 		b := setup(t, 2, nil, func(c *pool.Config) { c.Policy = pp })
@@ -182,6 +184,7 @@ func (g *gateHistory) RoundTrip(r *http.Request) (*http.Response, error) {
 // last one's history (which takes a round trip, or several on a server
 // that writes it late), not after.
 func TestBackendFreeAtPromptEnd(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		b := setup(t, 1, nil, func(c *pool.Config) {

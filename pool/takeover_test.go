@@ -47,6 +47,7 @@ func diedHolding(t *testing.T, q *queue.Queue, id, backend string, srv *comfytes
 // submitting the job again, collects a finished one, and submits again only
 // when the prompt is gone.
 func TestTakeOverDeadHoldersPrompt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		before     func(*comfytest.Server, string) // between the death and the takeover

@@ -13,6 +13,7 @@ import (
 // (the bytes decide whether two jobs with one idempotency key are the
 // same job).
 func TestEncodeOverridesIsJSON(t *testing.T) {
+	t.Parallel()
 	ovr := []Override{
 		{Node: "1", Input: "seed", Value: 42},
 		{Node: "2", Input: "text", Value: "a cat <on> a \"mat\" & é\n"},

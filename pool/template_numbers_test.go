@@ -18,6 +18,7 @@ import (
 // job's record. (The fake takes seeds up to 2^63-1; the real server takes
 // up to 2^64-1.)
 func TestTemplateOverrideKeepsBigIntegers(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, 1, nil, nil)
 		ctx := t.Context()

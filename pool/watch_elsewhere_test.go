@@ -31,6 +31,7 @@ func (d slowGet) Get(ctx context.Context, id string) (*queue.Job, error) {
 // came while the Watch was reading the job's record for an earlier change
 // (the change feed's wake-up is not lost).
 func TestWatchElsewhereSeesAnEndDuringARead(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)
@@ -81,6 +82,7 @@ func (d slowBegin) Begin(ctx context.Context, id, token string, p *queue.BeginPa
 // "PromptID ... for job events after start"), not when the record is
 // merely leased: a job leased but not begun is still queued to a watcher.
 func TestWatchElsewhereStartedNamesThePrompt(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		d, err := memqueue.New(nil)
 		require.NoError(t, err)
