@@ -17,6 +17,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 // The default command: the graph on three embedded fake servers, one line
 // per node transition (not a terminal).
 func TestDagExampleEmbedded(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), nil, map[string]any{"color": 0x112233, "size": 32}, &out, false))
 	got := out.String()
@@ -35,6 +36,7 @@ func TestDagExampleEmbedded(t *testing.T) {
 // On a terminal the status line is redrawn in place and lists the running
 // nodes with their backend.
 func TestDagExampleLive(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), nil, nil, &out, true))
 	got := out.String()
@@ -44,6 +46,7 @@ func TestDagExampleLive(t *testing.T) {
 }
 
 func TestDagExampleBadURL(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.Error(t, run(t.Context(), []string{"ftp://x"}, nil, &out, false))
 }
@@ -51,6 +54,7 @@ func TestDagExampleBadURL(t *testing.T) {
 // Given unreachable servers, the program says so at once, with the
 // connection error, and exits non-zero.
 func TestDagExampleUnreachable(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-servers")
 	assert.Contains(t, res.Stderr, "dag: no backend is reachable:\n  gpu-0 (offline): ")
 }

@@ -38,6 +38,7 @@ type record struct {
 // a group of attributes, from pool:ready to pool:stopped, at the level
 // its kind deserves.
 func TestEventsExampleJSON(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), options{jobs: 4, json: true, level: slog.LevelDebug}, &out))
 	var recs []record
@@ -97,6 +98,7 @@ func TestEventsExampleJSON(t *testing.T) {
 
 // The default: text lines at info level, without the chatty kinds.
 func TestEventsExampleText(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), options{jobs: 2, level: slog.LevelInfo}, &out))
 	got := out.String()
@@ -110,6 +112,7 @@ func TestEventsExampleText(t *testing.T) {
 // Given an unreachable server, the log shows it going offline with the
 // connection error, and the program exits non-zero saying so.
 func TestEventsExampleUnreachable(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-servers")
 	assert.Regexp(t, `level=WARN msg=client:state .*event.backend=gpu-0 event.state=offline error=".*connection refused`, res.Stdout)
 	assert.Contains(t, res.Stderr, "events: no backend is reachable:\n  gpu-0 (offline): ")

@@ -19,6 +19,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 // reroute, the other workflow still on the blocked backend, the unblock
 // and the return, each visible as it happens, in this order.
 func TestFailoverExampleEmbedded(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	// A cooldown longer than acts 1 and 2 take, also under -race on a
 	// loaded machine (they take half a second unloaded).
@@ -59,6 +60,7 @@ func TestFailoverExampleEmbedded(t *testing.T) {
 // Given an unreachable server, the program says so at once, with the
 // connection error, and exits non-zero.
 func TestFailoverExampleUnreachable(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-servers")
 	assert.Contains(t, res.Stderr, "failover: no backend is reachable:\n  gpu-0 (offline): ")
 }

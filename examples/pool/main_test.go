@@ -17,6 +17,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 // The default command: a mixed batch on three embedded fake servers, one
 // of which fails its first prompt, so one job is retried elsewhere.
 func TestPoolExampleEmbedded(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), nil, 12, &out))
 	got := out.String()
@@ -37,6 +38,7 @@ func TestPoolExampleEmbedded(t *testing.T) {
 }
 
 func TestPoolExampleBadURL(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	err := run(t.Context(), []string{"ftp://x"}, 1, &out)
 	require.Error(t, err)
@@ -46,6 +48,7 @@ func TestPoolExampleBadURL(t *testing.T) {
 // Given unreachable servers, the program says so at once, with the
 // connection error, and exits non-zero.
 func TestPoolExampleUnreachable(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-servers")
 	assert.Contains(t, res.Stderr, "pool: no backend is reachable:\n  gpu-0 (offline): ")
 }

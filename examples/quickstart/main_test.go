@@ -20,6 +20,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 // The README's main command: with no -server it runs on an embedded fake
 // server, prints progress and saves the output image where -out says.
 func TestQuickstartEmbedded(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	path := filepath.Join(t.TempDir(), "out.png")
 	require.NoError(t, run(t.Context(), "", path, &out))
@@ -43,6 +44,7 @@ func TestQuickstartEmbedded(t *testing.T) {
 
 // A file that cannot be written is an error, and nothing is left behind.
 func TestQuickstartUnwritableOut(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	path := filepath.Join(t.TempDir(), "missing-dir", "out.png")
 	err := run(t.Context(), "", path, &out)
@@ -53,6 +55,7 @@ func TestQuickstartUnwritableOut(t *testing.T) {
 // Given an unreachable server, the program says so at once, with the
 // connection error, and exits non-zero.
 func TestQuickstartUnreachableServer(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-server", "-out", filepath.Join(t.TempDir(), "never.png"))
 	assert.Contains(t, res.Stderr, "quickstart: cannot reach ComfyUI at http://127.0.0.1:1: ")
 }

@@ -129,6 +129,7 @@ func status(t *testing.T, base, id string) string {
 // ends by itself after the terminal event, and the job's record says it
 // completed.
 func TestServiceStreamsAJob(t *testing.T) {
+	t.Parallel()
 	base, stop := startService(t, comfytest.NodeBehavior{Duration: 300 * time.Millisecond, ProgressSteps: 3})
 	id := enqueue(t, base, `{"prompt": "a red fox", "overrides": [{"node": "1", "input": "width", "value": 128}], "metadata": {"user": "ann"}}`)
 	resp, events := watch(t, t.Context(), base, id)
@@ -163,9 +164,10 @@ func jsonText(v any) string {
 // cancels the job: another client watching it sees it cancelled, and its
 // record says so.
 func TestServiceCancelsOnDisconnect(t *testing.T) {
-	// A long node with a progress step every 0.5s: it runs until
+	t.Parallel()
+	// A long node with a progress step every 0.1s: it runs until
 	// cancelled, and the interrupt lands at the next step.
-	base, _ := startService(t, comfytest.NodeBehavior{Duration: time.Minute, ProgressSteps: 120})
+	base, _ := startService(t, comfytest.NodeBehavior{Duration: time.Minute, ProgressSteps: 600})
 	id := enqueue(t, base, `{"prompt": "a slow one"}`)
 
 	respB, watcher := watch(t, t.Context(), base, id)
@@ -201,6 +203,7 @@ func TestServiceCancelsOnDisconnect(t *testing.T) {
 
 // Requests the service refuses, with the status a client can act on.
 func TestServiceBadRequests(t *testing.T) {
+	t.Parallel()
 	base, _ := startService(t, comfytest.NodeBehavior{})
 	for _, tc := range []struct {
 		method, path, body string
@@ -230,7 +233,8 @@ func TestServiceBadRequests(t *testing.T) {
 // The service's shutdown ends open event streams without cancelling
 // their jobs, and does not wait for the jobs.
 func TestServiceShutdownWithOpenStream(t *testing.T) {
-	base, stop := startService(t, comfytest.NodeBehavior{Duration: time.Minute, ProgressSteps: 120})
+	t.Parallel()
+	base, stop := startService(t, comfytest.NodeBehavior{Duration: time.Minute, ProgressSteps: 600})
 	id := enqueue(t, base, `{"prompt": "left running"}`)
 	resp, events := watch(t, t.Context(), base, id)
 	defer resp.Body.Close()
@@ -250,6 +254,7 @@ func TestServiceShutdownWithOpenStream(t *testing.T) {
 // Given an unreachable server, the service says so at once, with the
 // connection error, and exits non-zero without listening.
 func TestServiceUnreachable(t *testing.T) {
+	t.Parallel()
 	res := exampletest.Unreachable(t, "-servers", "-addr", "127.0.0.1:0")
 	assert.Contains(t, res.Stderr, "service: no backend is reachable:\n  gpu-0 (offline): ")
 	assert.NotContains(t, res.Stderr, "listening")
