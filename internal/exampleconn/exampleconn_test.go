@@ -136,7 +136,13 @@ func startPool(t *testing.T, urls ...any) *pool.WorkflowPool {
 	}
 	p, err := pool.New(cfg)
 	require.NoError(t, err)
-	require.NoError(t, p.Start(t.Context()))
+	// Start probes each backend, bounded by its ctx or 2s: a silent one
+	// takes all of it. A probe that fails so does not fail Start (the
+	// backend is merely down), and these tests are about WaitPool, so
+	// the probes get a shorter bound.
+	sctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	require.NoError(t, p.Start(sctx))
 	t.Cleanup(func() { p.Stop(context.Background()) })
 	return p
 }
