@@ -227,7 +227,7 @@ func sizesFor(quick bool) *sizes {
 		million:        1_000_000,
 		failover:       bench.FailoverConfig{Backends: 8, Jobs: 400, NodeTime: 50 * time.Millisecond, Faulty: 2, Share: 0.1},
 		lease:          bench.LeaseConfig{Jobs: 100_000, Lessees: []int{1, 4, 16}, Pickups: 1_000},
-		durableJobs:    2_000,
+		durableJobs:    20_000, // a second or more per count on Redis: 2,000 (0.1 s) measured the ramp-up
 		durablePickups: 200,
 	}
 }
