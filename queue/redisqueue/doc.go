@@ -108,6 +108,13 @@
 // atomic step. [BackendLeases], [Failover] and [DAGStore] keep their
 // small scripts, which define nothing.
 //
+// A server over its maxmemory refuses an FCALL outright (an EVAL was
+// refused only at its first write): while Redis is out of memory every
+// call of the queue fails with its OOM error, reads such as Get, Stats
+// and List included, until memory is freed: size maxmemory for the jobs
+// the queue holds (with noeviction, as above, Redis refuses writes rather
+// than lose jobs).
+//
 // # Leases, expiry and orphans
 //
 // A lease is the job's token and expiry in its hash plus its entry in
