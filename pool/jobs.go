@@ -74,7 +74,11 @@ func (p *WorkflowPool) enqueueJob(ctx context.Context, t *Template, ovr []Overri
 	if err := o.validate(); err != nil {
 		return "", err
 	}
-	wf, wh := t.wf, t.hash
+	wh, err := t.structure()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	wf := t.wf
 	var ovrJSON []byte
 	if len(ovr) > 0 {
 		var err error

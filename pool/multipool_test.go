@@ -105,6 +105,19 @@ func TestTwoPoolsShareOneQueue(t *testing.T) {
 		require.NotEmpty(t, kinds)
 		assert.Equal(t, pool.EventJobCompleted, kinds[len(kinds)-1], "the watch of a job run elsewhere ends with its terminal event")
 
+		// back read the workflow from the queue to run the jobs; as a
+		// template of its own it routes by the same structure.
+		tmpl, err := back.pool.Register(t.Context(), wf)
+		require.NoError(t, err)
+		assert.Equal(t, structureOf(t, comfytest.WorkflowOK).String(), tmpl.Workflow())
+		again, err := back.pool.EnqueueTemplate(t.Context(), tmpl, nil, nil)
+		require.NoError(t, err)
+		_, err = back.pool.Wait(t.Context(), again)
+		require.NoError(t, err)
+		info, err := back.pool.Job(t.Context(), again)
+		require.NoError(t, err)
+		assert.Equal(t, tmpl.Workflow(), info.Workflow)
+
 		// The output is read through the Pool that enqueued, from the
 		// backend of the other.
 		res, err := front.pool.Wait(t.Context(), ids[0])

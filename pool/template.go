@@ -23,10 +23,17 @@ import (
 // WorkflowPool.Register; it is immutable and safe for concurrent use, and
 // any Pool on the same queue can run its jobs.
 type Template struct {
-	key  string         // exact hash: the queue's WorkflowKey
-	hash string         // structure hash: the routing and failover key
-	wf   comfy.Workflow // never changed
-	raw  []byte         // wf's JSON as stored
+	key string         // exact hash: the queue's WorkflowKey
+	wf  comfy.Workflow // never changed
+	raw []byte         // wf's JSON as stored
+
+	// hash is the structure hash, the routing and failover key: set when
+	// the template is made from a caller's workflow, computed on first
+	// use (see structure) for one read from the queue to run a job,
+	// whose record names its own.
+	hashOnce sync.Once
+	hash     string
+	hashErr  error
 
 	mu       sync.Mutex // guards needs and needsGen (see Pool.templateNeedsLocked)
 	needs    []string
@@ -39,7 +46,26 @@ func (t *Template) Key() string { return t.key }
 
 // Workflow returns the template's structure hash (JobInfo.Workflow of its
 // jobs, unless an override changes a model input).
-func (t *Template) Workflow() string { return t.hash }
+func (t *Template) Workflow() string {
+	h, _ := t.structure()
+	return h
+}
+
+// structure returns the template's structure hash (see hash).
+func (t *Template) structure() (string, error) {
+	t.hashOnce.Do(func() {
+		if t.hash != "" {
+			return
+		}
+		st, err := hash.Structure(t.raw)
+		if err != nil {
+			t.hashErr = fmt.Errorf("pool: stored workflow %s: %w", t.key, err)
+			return
+		}
+		t.hash = st.String()
+	})
+	return t.hash, t.hashErr
+}
 
 // maxTemplates bounds the Pool's cache of parsed templates.
 const maxTemplates = 1024
@@ -140,11 +166,9 @@ func (p *WorkflowPool) loadTemplate(ctx context.Context, key string) (*Template,
 	if err != nil {
 		return nil, fmt.Errorf("pool: stored workflow %s: %w", key, err)
 	}
-	st, err := hash.Structure(raw)
-	if err != nil {
-		return nil, fmt.Errorf("pool: stored workflow %s: %w", key, err)
-	}
-	return p.tmpl.put(&Template{key: key, hash: st.String(), wf: wf, raw: raw}), nil
+	// The structure hash waits for a use (see Template.structure): a
+	// runner needs only the workflow.
+	return p.tmpl.put(&Template{key: key, wf: wf, raw: raw}), nil
 }
 
 // validateOverrides checks overrides against the template's workflow.
