@@ -349,10 +349,23 @@ func targeted(files []InputFile, node, input string) bool {
 // routing is off. Caller holds p.mu.
 func (p *WorkflowPool) needsLocked(js *jobState) []string {
 	if js.wf != nil && js.needsGen != p.caps.gen+1 {
-		js.needs = p.needsOfLocked(js.wf, js.opts.Inputs)
+		if t := js.tmpl; t != nil && len(js.opts.Inputs) == 0 && !p.neededLocked(t, js.ovr) {
+			// Overrides of no input a backend lists: the template's needs,
+			// computed once for all its jobs.
+			js.needs = p.templateNeedsLocked(t, t.wf, nil)
+		} else {
+			js.needs = p.needsOfLocked(js.wf, js.opts.Inputs)
+		}
 		js.needsGen = p.caps.gen + 1
 	}
 	return js.needs
+}
+
+// neededLocked reports whether an override of ovr sets an input some
+// backend lists values of (see routedBy). Caller holds p.mu.
+func (p *WorkflowPool) neededLocked(t *Template, ovr []Override) bool {
+	_, needed := p.routedBy(t.wf, ovr)
+	return needed
 }
 
 // needsOfLocked returns what wf needs (sorted, deduplicated; nil when

@@ -208,8 +208,12 @@ type JobInfo struct {
 }
 
 type jobState struct {
-	id          string
-	wf          comfy.Workflow
+	id string
+	wf comfy.Workflow
+	// tmpl and ovr are what wf was rebuilt from, for a job leased from
+	// the queue (see needsLocked); nil otherwise.
+	tmpl        *Template
+	ovr         []Override
 	hash        string
 	opts        EnqueueOpts
 	maxAttempts int
@@ -356,12 +360,12 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 	if err != nil {
 		return nil, err
 	}
-	wf, err := p.workflowOf(ctx, qj)
+	wf, t, ovr, err := p.workflowOf(ctx, qj)
 	if err != nil {
 		return nil, err
 	}
 	js := &jobState{
-		id: qj.ID, wf: wf, hash: qj.Workflow, spec: s, status: StatusQueued, version: qj.Version,
+		id: qj.ID, wf: wf, tmpl: t, ovr: ovr, hash: qj.Workflow, spec: s, status: StatusQueued, version: qj.Version,
 		enqueuedAt: qj.EnqueuedAt, maxAttempts: qj.MaxAttempts,
 		done: make(chan struct{}), cancelCh: make(chan struct{}),
 		excluded: slices.Clone(qj.ExcludeBackends), needs: slices.Clone(qj.Needs),

@@ -230,23 +230,24 @@ func decodeOverrides(b []byte) ([]Override, error) {
 }
 
 // workflowOf rebuilds the workflow a record runs: its template with its
-// overrides applied.
-func (p *WorkflowPool) workflowOf(ctx context.Context, qj *queue.Job) (comfy.Workflow, error) {
+// overrides applied. It returns the template and the overrides too.
+func (p *WorkflowPool) workflowOf(ctx context.Context, qj *queue.Job) (comfy.Workflow, *Template, []Override, error) {
 	if qj.WorkflowKey == "" {
-		return nil, errors.New("pool: the job names no stored workflow (enqueued by something other than a Pool)")
+		return nil, nil, nil, errors.New("pool: the job names no stored workflow (enqueued by something other than a Pool)")
 	}
 	t, err := p.loadTemplate(ctx, qj.WorkflowKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	ovr, err := decodeOverrides(qj.Overrides)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if len(ovr) == 0 {
-		return t.wf, nil // shared, read-only
+		return t.wf, t, nil, nil // shared, read-only
 	}
-	return applyOverrides(t.wf, ovr)
+	wf, err := applyOverrides(t.wf, ovr)
+	return wf, t, ovr, err
 }
 
 // encodeOverrides is json.Marshal(ovr), without reflection for the usual
