@@ -201,7 +201,10 @@ func (s *session) serve(ctx context.Context, conn *websocket.Conn, clientID stri
 	var wg sync.WaitGroup
 	greeted := make(chan struct{})
 	readDone := make(chan error, 1)
-	wg.Go(func() { readDone <- s.read(connCtx, conn, greeted) })
+	// The reader needs no cancellation: it ends when conn is closed, which
+	// serve always does before it returns. A context that is never done
+	// spares coder/websocket a context.AfterFunc per message read.
+	wg.Go(func() { readDone <- s.read(context.WithoutCancel(connCtx), conn, greeted) })
 	if s.c.opts.PingInterval > 0 {
 		wg.Go(func() { s.ping(connCtx, conn) })
 	}
