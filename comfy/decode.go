@@ -25,6 +25,15 @@ import (
 // "executing" with "node": null gives an [Executing] with Node "" (the end
 // of the prompt). The returned message does not alias data.
 func DecodeMessage(data []byte) (Message, error) {
+	if typ, d, ok := splitEnvelope(data); ok {
+		return decodeTyped(typ, d)
+	}
+	return decodeEnvelope(data)
+}
+
+// decodeEnvelope is DecodeMessage's full decoding, for any form of the
+// envelope.
+func decodeEnvelope(data []byte) (Message, error) {
 	var env struct {
 		Type *string         `json:"type"`
 		Data json.RawMessage `json:"data"`
@@ -36,6 +45,34 @@ func DecodeMessage(data []byte) (Message, error) {
 		return nil, fmt.Errorf("%w: websocket message has no type", ErrBadResponse)
 	}
 	return decodeTyped(*env.Type, env.Data)
+}
+
+// splitEnvelope finds the type and the data of a message written as the
+// server writes every message (Python's json.dumps: {"type": "name",
+// "data": ...}), without decoding or copying it; ok is false for any other
+// form, which DecodeMessage decodes in full. What it returns aliases b.
+func splitEnvelope(b []byte) (typ string, data []byte, ok bool) {
+	const head, mid = `{"type": "`, `, "data": `
+	rest, found := bytes.CutPrefix(b, []byte(head))
+	if !found {
+		return "", nil, false
+	}
+	name, rest, found := bytes.Cut(rest, []byte(`"`))
+	if !found || bytes.IndexByte(name, '\\') >= 0 { // an escape: decode in full
+		return "", nil, false
+	}
+	if rest, found = bytes.CutPrefix(rest, []byte(mid)); !found {
+		return "", nil, false
+	}
+	rest = bytes.TrimRight(rest, " \t\r\n")
+	if len(rest) == 0 || rest[len(rest)-1] != '}' {
+		return "", nil, false
+	}
+	data = bytes.TrimSpace(rest[:len(rest)-1])
+	if !json.Valid(data) { // more keys after data, say
+		return "", nil, false
+	}
+	return string(name), data, true
 }
 
 // decodeTyped decodes the data of a message of the given type. It is shared

@@ -574,3 +574,41 @@ func BenchmarkDecodePreview1MB(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeMessageFastPath: a message in the server's own format, read
+// without decoding its envelope, decodes as the full decoder decodes it;
+// what the fast path cannot vouch for still fails or is decoded in full.
+func TestDecodeMessageFastPath(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		fast bool
+	}{
+		{`{"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 2}}, "sid": "abc"}}`, true},
+		{`{"type": "executing", "data": {"node": null, "display_node": null, "prompt_id": "p1"}}`, true},
+		{`{"type": "progress", "data": {"value": 3, "max": 20, "prompt_id": "p1", "node": "3"}}`, true},
+		{`{"type": "executed", "data": {"node": "9", "display_node": "9", "output": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}, "prompt_id": "p1"}}`, true},
+		{`{"type": "execution_success", "data": {"prompt_id": "p1", "timestamp": 1795301006459}}`, true},
+		{`{"type": "progress_state", "data": {"prompt_id": "p1", "nodes": {"3": {"value": 1, "max": 2, "state": "running", "node_id": "3", "prompt_id": "p1", "display_node_id": "3", "parent_node_id": null, "real_node_id": "3"}}}}`, true},
+		{`{"type": "crystools.monitor", "data": {"cpu_utilization": 1.5}}`, true},
+		{`{"type": "status", "data": null}`, true},
+		{"{\"type\": \"executing\", \"data\": {\"node\": \"4\", \"prompt_id\": \"p2\"}}\n", true},
+		{`{"type": "exec\u0075ting", "data": {"node": "4", "prompt_id": "p2"}}`, false},
+		{`{"type": "executing", "data": {"node": "4", "prompt_id": "p2"}, "extra": 1}`, false},
+		{`{"type":"executing","data":{"node":"4","prompt_id":"p2"}}`, false},
+	} {
+		_, _, fast := splitEnvelope([]byte(tc.in))
+		assert.Equal(t, tc.fast, fast, tc.in)
+		got, err := DecodeMessage([]byte(tc.in))
+		require.NoError(t, err, tc.in)
+		want, err := decodeEnvelope([]byte(tc.in))
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, want, got, tc.in)
+	}
+	for _, in := range []string{
+		`{"type": "executing", "data": {"node": "4", "prompt_id": }}`,
+		`{"type": "crystools.monitor", "data": {"cpu": [1, 2}}`,
+	} {
+		_, err := DecodeMessage([]byte(in))
+		assert.ErrorIs(t, err, ErrBadResponse, in)
+	}
+}
