@@ -62,8 +62,8 @@ type authTransport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.c.sameOrigin(req.URL) {
-		return t.next.RoundTrip(req)
+	if !t.c.sameOrigin(req.URL) || !t.c.hasCredentials() && req.Header.Get("Origin") == "" {
+		return t.next.RoundTrip(req) // nothing to add or remove: no copy
 	}
 	r := req.Clone(req.Context())
 	t.c.addCredentials(r.Header)
@@ -106,6 +106,13 @@ func (c *Client) sameOrigin(u *url.URL) bool {
 
 // addCredentials sets the extra headers, the Cloud API key and the
 // Authorization header.
+// hasCredentials reports whether the client has anything addCredentials
+// or the query token would put on a request.
+func (c *Client) hasCredentials() bool {
+	o := c.opts
+	return len(o.Header) > 0 || o.APIKey != "" || o.BearerToken != "" || o.Username != "" || o.QueryToken != ""
+}
+
 func (c *Client) addCredentials(h http.Header) {
 	for k, vs := range c.opts.Header {
 		h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
