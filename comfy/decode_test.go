@@ -612,3 +612,23 @@ func TestDecodeMessageFastPath(t *testing.T) {
 		assert.ErrorIs(t, err, ErrBadResponse, in)
 	}
 }
+
+// TestHistoryEntryOf: the single-prompt read finds its entry as the full
+// decoder does, and refuses what is not a history object.
+func TestHistoryEntryOf(t *testing.T) {
+	all, err := decodeHistory([]byte(goldenHistoryOK), true)
+	require.NoError(t, err)
+	e, err := historyEntryOf([]byte(goldenHistoryOK), pidA, true)
+	require.NoError(t, err)
+	assert.Equal(t, all[0], e)
+	e, err = historyEntryOf([]byte(goldenHistoryOK), "another", true)
+	require.NoError(t, err)
+	assert.Nil(t, e, "{} or another prompt's entry: not finished")
+	e, err = historyEntryOf([]byte(`{}`), pidA, false)
+	require.NoError(t, err)
+	assert.Nil(t, e)
+	for _, bad := range []string{`null`, `[]`, `{"a": 1} {}`, `{"a":`, `"x"`} {
+		_, err := historyEntryOf([]byte(bad), pidA, false)
+		assert.Error(t, err, bad)
+	}
+}

@@ -183,17 +183,37 @@ func (c *Client) history(ctx context.Context, promptID string, withPrompt bool) 
 	if err != nil {
 		return nil, err
 	}
-	entries, err := decodeHistory(b, withPrompt)
+	e, err := historyEntryOf(b, promptID, withPrompt)
 	if err != nil {
 		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
-	for _, e := range entries {
-		if e.PromptID == promptID {
-			c.scrubEntry(e)
-			return e, nil
-		}
+	if e != nil {
+		c.scrubEntry(e)
 	}
-	return nil, nil
+	return e, nil
+}
+
+// historyEntryOf decodes the entry of prompt id from a /history/{id}
+// answer, an object of prompt id to entry; nil when it has none ({} for a
+// prompt not finished). Unlike decodeHistory, it decodes no other entry
+// and keeps no order.
+func historyEntryOf(b []byte, id string, withPrompt bool) (*HistoryEntry, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, errors.New("history is not an object")
+	}
+	raw, ok := m[id]
+	if !ok {
+		return nil, nil
+	}
+	e, err := decodeHistoryEntry(id, raw, withPrompt)
+	if err != nil {
+		return nil, fmt.Errorf("entry %q: %w", id, err)
+	}
+	return e, nil
 }
 
 // HistoryList returns history entries oldest first (GET /history).
