@@ -341,9 +341,9 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	// free b's slot early (see slot).
 	var posted atomic.Bool
 	// broke is set when the prompt failed or was interrupted on the
-	// server: its workflow does not become the backend's warm one. Only
-	// onMsg (the prompt's one delivery goroutine) touches it.
-	var broke bool
+	// server: its workflow does not become the backend's warm one. (Atomic:
+	// a prompt followed and given up by takeOver may still deliver.)
+	var broke atomic.Bool
 	emitStarted := func(id string) {
 		startedOnce.Do(func() {
 			p.mu.Lock()
@@ -362,14 +362,16 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 				// The server ran the prompt to its end: its queue is free
 				// for the next one while this job reads its history and
 				// outputs (see slot).
-				p.promptEnded(sl, js.hash, !broke)
+				p.promptEnded(sl, js.hash, !broke.Load())
 			}
 			return
 		case *comfy.ExecutionError:
-			broke = broke || m.ExceptionType != "ExecutionBlocked"
+			if m.ExceptionType != "ExecutionBlocked" {
+				broke.Store(true)
+			}
 			return
 		case *comfy.ExecutionInterrupted:
-			broke = true
+			broke.Store(true)
 			return
 		case *comfy.ExecutionStart, *comfy.ExecutionCached:
 			execOnce.Do(func() { close(execStarted) })
