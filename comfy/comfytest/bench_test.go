@@ -11,27 +11,9 @@ import (
 // BenchmarkPromptRoundTrip measures POST /prompt -> executing{node:null} on
 // the WebSocket for a non-cached WorkflowOK (3 nodes, one PNG saved).
 func BenchmarkPromptRoundTrip(b *testing.B) {
-	for _, m := range []struct {
-		name string
-		new  func(*comfytest.Options) *comfytest.Server
-	}{{"loopback", comfytest.NewServer}, {"memory", comfytest.NewInMemoryServer}} {
-		b.Run(m.name, func(b *testing.B) {
-			s := m.new(nil)
-			defer s.Close()
-			ws := dial(b, s, "?clientId="+cid)
-			ws.next()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				wf := strings.Replace(string(comfytest.WorkflowOK), `"color":0`, `"color":`+strconv.Itoa(i%0xFFFFFF), 1)
-				resp, err := s.Client().Post(s.URL+"/prompt", "application/json", strings.NewReader(prompt(wf, "")))
-				if err != nil {
-					b.Fatal(err)
-				}
-				resp.Body.Close()
-				ws.untilDone()
-			}
-		})
-	}
+	benchRoundTrips(b, func(i int) string {
+		return strings.Replace(string(comfytest.WorkflowOK), `"color":0`, `"color":`+strconv.Itoa(i%0xFFFFFF), 1)
+	})
 }
 
 // BenchmarkDefaultWorkflow measures POST /prompt -> executing{node:null}
@@ -40,6 +22,15 @@ func BenchmarkPromptRoundTrip(b *testing.B) {
 // 512x512 PNG saved.
 func BenchmarkDefaultWorkflow(b *testing.B) {
 	wf := string(comfytest.DefaultWorkflow())
+	benchRoundTrips(b, func(i int) string {
+		return strings.Replace(wf, `"seed": 156680208700286`, `"seed": `+strconv.Itoa(i), 1)
+	})
+}
+
+// benchRoundTrips posts workflow(i) for i = 0..b.N-1 to a fresh server on
+// loopback and one in memory, each time waiting for its end on the
+// WebSocket.
+func benchRoundTrips(b *testing.B, workflow func(i int) string) {
 	for _, m := range []struct {
 		name string
 		new  func(*comfytest.Options) *comfytest.Server
@@ -51,8 +42,7 @@ func BenchmarkDefaultWorkflow(b *testing.B) {
 			ws.next()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				body := prompt(strings.Replace(wf, `"seed": 156680208700286`, `"seed": `+strconv.Itoa(i), 1), "")
-				resp, err := s.Client().Post(s.URL+"/prompt", "application/json", strings.NewReader(body))
+				resp, err := s.Client().Post(s.URL+"/prompt", "application/json", strings.NewReader(prompt(workflow(i), "")))
 				if err != nil {
 					b.Fatal(err)
 				}
