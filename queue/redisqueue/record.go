@@ -156,47 +156,68 @@ func splitRecord(s string, r *rawRecord) error {
 // are, which encoding/json would replace when they are not UTF-8.
 func unescapeJSON(s string) (string, error) {
 	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' {
-			b = append(b, c)
-			continue
+	for {
+		i := strings.IndexByte(s, '\\')
+		if i < 0 {
+			return string(append(b, s...)), nil
 		}
-		if i++; i >= len(s) {
+		b = append(b, s[:i]...)
+		if i+1 >= len(s) {
 			return "", errRecordSyntax
 		}
-		switch s[i] {
+		c, n := s[i+1], 2
+		switch c {
 		case '"', '\\', '/':
-			b = append(b, s[i])
 		case 'b':
-			b = append(b, '\b')
+			c = '\b'
 		case 'f':
-			b = append(b, '\f')
+			c = '\f'
 		case 'n':
-			b = append(b, '\n')
+			c = '\n'
 		case 'r':
-			b = append(b, '\r')
+			c = '\r'
 		case 't':
-			b = append(b, '\t')
+			c = '\t'
 		case 'u':
-			if i+4 >= len(s) {
+			r, ok := hex4(s[i+2:])
+			if !ok {
 				return "", errRecordSyntax
 			}
-			n, err := strconv.ParseUint(s[i+1:i+5], 16, 16)
-			if err != nil {
-				return "", errRecordSyntax
+			n = 6
+			if r >= 0x100 {
+				b = utf8.AppendRune(b, r)
+				s = s[i+n:]
+				continue
 			}
-			if n < 0x100 {
-				b = append(b, byte(n))
-			} else {
-				b = utf8.AppendRune(b, rune(n))
-			}
-			i += 4
+			c = byte(r)
 		default:
 			return "", errRecordSyntax
 		}
+		b = append(b, c)
+		s = s[i+n:]
 	}
-	return string(b), nil
+}
+
+// hex4 decodes the four hex digits that begin s.
+func hex4(s string) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[:4]) {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // decodeMap builds a Job from a record read with HGETALL.
