@@ -56,6 +56,14 @@ type BenchHarness struct {
 	// means 10ms, not the pool's one second: the figure then tells the
 	// driver's cost, not the pool's choice.
 	PollInterval time.Duration
+
+	// ServerCPU, if set, returns the CPU time the store's server has
+	// used so far, all its clients together (Redis: INFO cpu).
+	// LeaseComplete then reports server-cpu-ns/op: what a job costs the
+	// server, a figure that moves less with the machine's load than
+	// jobs/s, and the one that bounds a single-threaded server's
+	// throughput. Nil: not reported.
+	ServerCPU func(b *testing.B, d queue.Driver) time.Duration
 }
 
 func (h *BenchHarness) skewJobs() int  { return cmp.Or(h.SkewJobs, 100_000) }
@@ -176,7 +184,13 @@ var skewLease = queue.LeaseParams{
 // closed when the round ends (if not before: Close is idempotent).
 func newBenchQueue(b *testing.B, h *BenchHarness) *queue.Queue {
 	b.Helper()
-	q := queue.New(h.NewDriver(b))
+	return newBenchQueueOver(b, h.NewDriver(b))
+}
+
+// newBenchQueueOver is newBenchQueue over the driver d.
+func newBenchQueueOver(b *testing.B, d queue.Driver) *queue.Queue {
+	b.Helper()
+	q := queue.New(d)
 	b.Cleanup(func() { _ = q.Close() })
 	if err := q.PutWorkflow(b.Context(), benchTemplate, make([]byte, 4096)); err != nil {
 		b.Fatal(err)
@@ -225,9 +239,14 @@ func quantile(sorted []time.Duration, p float64) time.Duration {
 
 func benchLeaseComplete(b *testing.B, h *BenchHarness, lessees int) {
 	ctx := b.Context()
-	q := newBenchQueue(b, h)
+	d := h.NewDriver(b)
+	q := newBenchQueueOver(b, d)
 	if err := enqueueJobs(ctx, q, b.N, h.batchSize(), benchJob()); err != nil {
 		b.Fatal(err)
+	}
+	var server time.Duration
+	if h.ServerCPU != nil {
+		server = h.ServerCPU(b, d)
 	}
 	lat := make([]time.Duration, b.N)
 	var done syncatomic.Int64
@@ -262,6 +281,9 @@ func benchLeaseComplete(b *testing.B, h *BenchHarness, lessees int) {
 	wg.Wait()
 	b.StopTimer()
 	u = usage.Read().Sub(u)
+	if h.ServerCPU != nil {
+		server = h.ServerCPU(b, d) - server
+	}
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
@@ -272,6 +294,9 @@ func benchLeaseComplete(b *testing.B, h *BenchHarness, lessees int) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	reportLatencies(b, lat)
 	u.Report(b, b.N)
+	if h.ServerCPU != nil {
+		b.ReportMetric(float64(server.Nanoseconds())/float64(b.N), "server-cpu-ns/op")
+	}
 }
 
 func benchSkew(b *testing.B, h *BenchHarness, ahead func(*queue.EnqueueParams)) {
