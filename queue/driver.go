@@ -19,6 +19,13 @@ import (
 //     LeaseParams.Tags, ExcludeWorkflows and PreferWorkflows are sorted and
 //     deduplicated (nil when empty), Backend is non-empty;
 //   - BeginParams.PromptID is non-empty; CancelParams.Error is not zero;
+//   - every text field of EnqueueParams (Workflow, WorkflowKey,
+//     IdempotencyKey, Metadata's keys and values, Requires, Needs,
+//     ExcludeBackends), LeaseParams.Backend, BeginParams (Backend,
+//     PromptID), Fail's and Requeue's Needs, and each field of the
+//     ErrorSummary of FailParams, RequeueParams and CancelParams is valid
+//     UTF-8 without NUL (Queue refuses what a caller wrote otherwise, and
+//     cleans what a server did), so a driver may store it as text;
 //   - ListParams.States are valid and deduplicated (nil when all six),
 //     1 <= Limit <= MaxListLimit, Metadata has no empty key;
 //     PurgeParams.States are terminal and non-empty, Limit >= 0;

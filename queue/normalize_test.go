@@ -24,6 +24,8 @@ func TestNormalizeEnqueueParams(t *testing.T) {
 		"empty tag":            {Requires: []string{""}},
 		"empty need":           {Needs: []string{"a", ""}},
 		"empty backend":        {ExcludeBackends: []string{""}},
+		"metadata not UTF-8":   {Metadata: map[string]string{"tenant": "\xff"}},
+		"workflow with NUL":    {Workflow: "w\x00"},
 	} {
 		assert.ErrorIs(t, queue.NormalizeEnqueueParams(&p), queue.ErrInvalid, name)
 	}

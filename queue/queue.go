@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -82,6 +83,9 @@ func (q *Queue) check(ctx context.Context) error {
 // both store the same record. Sorted sets may be left as the caller's
 // own slices (see [Driver]).
 func NormalizeEnqueueParams(p *EnqueueParams) error {
+	if err := checkEnqueueText(p); err != nil {
+		return err
+	}
 	if p.MaxAttempts < 0 {
 		return invalidf("EnqueueParams.MaxAttempts cannot be negative")
 	}
@@ -104,11 +108,42 @@ func NormalizeEnqueueParams(p *EnqueueParams) error {
 	return nil
 }
 
+// checkEnqueueText checks the text fields of *p (see checkText).
+func checkEnqueueText(p *EnqueueParams) error {
+	for _, f := range []struct{ name, v string }{
+		{"EnqueueParams.Workflow", p.Workflow},
+		{"EnqueueParams.WorkflowKey", p.WorkflowKey},
+		{"EnqueueParams.IdempotencyKey", p.IdempotencyKey},
+	} {
+		if err := checkText(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	for k, v := range p.Metadata {
+		if err := checkText("EnqueueParams.Metadata key", k); err != nil {
+			return err
+		}
+		if err := checkText("EnqueueParams.Metadata["+strconv.Quote(k)+"]", v); err != nil {
+			return err
+		}
+	}
+	if err := checkTexts("EnqueueParams.Requires", p.Requires); err != nil {
+		return err
+	}
+	if err := checkTexts("EnqueueParams.Needs", p.Needs); err != nil {
+		return err
+	}
+	return checkTexts("EnqueueParams.ExcludeBackends", p.ExcludeBackends)
+}
+
 // normalizeNeeds returns needs sorted and deduplicated; nil stays nil and
 // an empty non-nil slice stays empty and non-nil (for "replace with none").
 func normalizeNeeds(needs []string, field string) ([]string, error) {
 	if slices.Contains(needs, "") {
 		return nil, invalidf("%s cannot contain an empty need", field)
+	}
+	if err := checkTexts(field, needs); err != nil {
+		return nil, err
 	}
 	if needs == nil {
 		return nil, nil
@@ -341,6 +376,9 @@ func (q *Queue) Lease(ctx context.Context, p LeaseParams) (*Job, error) {
 	if p.Duration <= 0 {
 		return nil, invalidf("LeaseParams.Duration must be positive")
 	}
+	if err := checkText("LeaseParams.Backend", p.Backend); err != nil {
+		return nil, err
+	}
 	if p.Workflows != nil {
 		if len(p.Workflows) == 0 {
 			return nil, nil
@@ -393,6 +431,10 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p BeginParams) (*Jo
 	if p.PromptID == "" {
 		return nil, invalidf("BeginParams.PromptID is required")
 	}
+	if err := checkText("BeginParams.Backend", p.Backend); err != nil {
+		return nil, err
+	}
+	p.PromptID = cleanText(p.PromptID) // a server's
 	return q.d.Begin(ctx, id, token, &p)
 }
 
@@ -427,6 +469,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p FailParams) (*Job,
 		return nil, err
 	}
 	p.Needs = needs
+	p.Error = p.Error.clean()
 	return q.d.Fail(ctx, id, token, &p)
 }
 
@@ -456,6 +499,7 @@ func (q *Queue) RequeueWith(ctx context.Context, id, token string, p RequeuePara
 		return nil, err
 	}
 	p.Needs = needs
+	p.Error = p.Error.clean()
 	return q.d.Requeue(ctx, id, token, &p)
 }
 
@@ -481,6 +525,7 @@ func (q *Queue) CancelWith(ctx context.Context, id string, p CancelParams) (*Job
 	if p.Error.IsZero() {
 		p.Error = ErrorSummary{Class: ClassCancelled, Message: "queue: job cancelled"}
 	}
+	p.Error = p.Error.clean()
 	return q.d.Cancel(ctx, id, &p)
 }
 

@@ -121,7 +121,9 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 // replacement by Fail and Requeue), lease tokens and expiry, heartbeats,
 // attempt records (Begin, and their closing by Complete, Fail, Requeue,
 // Cancel and expiry), versions, retry delays, dead-lettering, requeue,
-// cancel, idempotency keys, concurrent lessees, stats, the workflow store,
+// cancel, idempotency keys, text fields (stored byte for byte; text no
+// driver can store refused, or cleaned in a failure's summary),
+// concurrent lessees, stats, the workflow store,
 // List (filters, order, pages under concurrent enqueues, counts), the
 // change feed (including gaps), pause scopes, Retry, Purge, settlement
 // (drivers implementing [queue.Settler]: every way a job ends, Settle,
@@ -160,6 +162,9 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		run("EnqueueBatchFull"+name, false, wrap(testEnqueueBatchFull))
 		run("EnqueueBatchDone"+name, false, wrap(testEnqueueBatchDone))
 	}
+	run("TextRoundTrip", false, testTextRoundTrip)
+	run("TextInvalid", false, testTextInvalid)
+	run("TextFailureBytes", false, testTextFailureBytes)
 	run("SnapshotsAreCopies", false, testSnapshots)
 	run("NotFound", false, testNotFound)
 	run("OrderPriorityThenAge", false, testOrder)
