@@ -27,6 +27,31 @@ local NOWS  -- NOW as a string
 local TAG   -- the caller's tag (see publish)
 local numstrs, changes, wake, liveCache
 
+-- The queue's keys, made once per prefix: P .. name makes a new Lua
+-- string each time, and the hot path names the same few keys for every
+-- job. keyP is the prefix they were made for, qkeys the buckets' keys
+-- (per call: the buckets come and go).
+local keyP, keys, qkeys
+local function K(name)
+  local k = keys[name]
+  if not k then
+    k = P .. name
+    keys[name] = k
+  end
+  return k
+end
+local function qk(bid)
+  local k = qkeys[bid]
+  if not k then
+    k = P .. 'q:' .. bid
+    qkeys[bid] = k
+  end
+  return k
+end
+local stateKeys = { queued = 's:queued', leased = 's:leased', retrying = 's:retrying', completed = 's:completed',
+  dead = 's:dead', cancelled = 's:cancelled' }
+local function sk(st) return K(stateKeys[st] or ('s:' .. st)) end
+
 local function fmt(n) return string.format('%.0f', n) end
 
 -- numstr is fmt remembered for the call: a Lua number becomes a string
@@ -54,7 +79,8 @@ local function start(ARGV)
     local t = redis.call('TIME')
     NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  numstrs, changes, wake, liveCache = {}, {}, false, nil
+  numstrs, changes, wake, liveCache, qkeys = {}, {}, false, nil, {}
+  if P ~= keyP then keyP, keys = P, {} end
   NOWS = numstr(NOW)
 end
 
@@ -72,14 +98,14 @@ local function changed(id, st, v)
   changes[#changes + 1] = id .. ':' .. st .. ':' .. v
 end
 local function publish()
-  if wake then redis.call('PUBLISH', P .. 'ch', 'w') end
+  if wake then redis.call('PUBLISH', K('ch'), 'w') end
   if #changes == 0 and TAG == '' then return end
   -- Bounded messages: a subscriber's buffer is per message.
   for i = 1, math.max(#changes, 1), 200 do
     local last = i + 199 >= #changes
     local tag = ''
     if last then tag = TAG end
-    redis.call('PUBLISH', P .. 'ch', 'c' .. tag .. '|' .. table.concat(changes, ',', i, math.min(i + 199, #changes)))
+    redis.call('PUBLISH', K('ch'), 'c' .. tag .. '|' .. table.concat(changes, ',', i, math.min(i + 199, #changes)))
   end
 end
 
@@ -87,8 +113,8 @@ local function bump(id) return redis.call('HINCRBY', jk(id), 'v', 1) end
 
 -- The state indexes: one sorted set per state, by enqueue sequence.
 local function move(id, seq, from, to)
-  if from then redis.call('ZREM', P .. 's:' .. from, id) end
-  redis.call('ZADD', P .. 's:' .. to, seq, id)
+  if from then redis.call('ZREM', sk(from), id) end
+  redis.call('ZADD', sk(to), seq, id)
 end
 
 -- JSON arrays of strings (sets): cjson writes an empty table as {}.
@@ -108,7 +134,7 @@ end
 -- the buckets of lower priority only when no higher one serves it. A
 -- call reads it once (liveBuckets) until it adds or drops a bucket.
 local function liveBuckets()
-  if not liveCache then liveCache = redis.call('ZRANGE', P .. 'live', 0, -1) end
+  if not liveCache then liveCache = redis.call('ZRANGE', K('live'), 0, -1) end
   return liveCache
 end
 
@@ -118,10 +144,10 @@ local function makeQueued(id, from)
   local f = redis.call('HMGET', jk(id), 'wf', 'pr', 'rq', 'nd', 'xb', 'sq')
   local def = bucketDef(f[1], f[2], f[3] or '[]', f[4] or '[]', f[5] or '[]')
   local bid = redis.sha1hex(def)
-  redis.call('HSET', P .. 'bk', bid, def)
+  redis.call('HSET', K('bk'), bid, def)
   redis.call('HSET', jk(id), 'bk', bid)
-  redis.call('ZADD', P .. 'q:' .. bid, f[6], id)
-  redis.call('ZADD', P .. 'live', -tonumber(f[2]), bid)
+  redis.call('ZADD', qk(bid), f[6], id)
+  redis.call('ZADD', K('live'), -tonumber(f[2]), bid)
   liveCache = nil
   move(id, f[6], from, 'queued')
 end
@@ -129,16 +155,16 @@ end
 -- dropBucket forgets an empty bucket: its definition is written again
 -- when a job enters it, so that buckets do not pile up.
 local function dropBucket(bid)
-  redis.call('ZREM', P .. 'live', bid)
-  redis.call('HDEL', P .. 'bk', bid)
+  redis.call('ZREM', K('live'), bid)
+  redis.call('HDEL', K('bk'), bid)
   liveCache = nil
 end
 
 local function unbucket(id)
   local bid = redis.call('HGET', jk(id), 'bk')
   if bid then
-    redis.call('ZREM', P .. 'q:' .. bid, id)
-    if redis.call('ZCARD', P .. 'q:' .. bid) == 0 then dropBucket(bid) end
+    redis.call('ZREM', qk(bid), id)
+    if redis.call('ZCARD', qk(bid)) == 0 then dropBucket(bid) end
   end
 end
 
@@ -199,14 +225,15 @@ end
 -- enqueued with Settle (se) becomes unsettled (us), waiting in the sorted
 -- set unsettled by finish time until Settle moves it to fin; any other
 -- goes to fin at once. So Purge and retention, which walk fin, never see
--- an unsettled job. It returns the value of us ("1" or false).
-local function ended(id, se, at)
+-- an unsettled job. It returns the value of us ("1" or false). k is the
+-- job's key, when the caller has it.
+local function ended(id, se, at, k)
   if se == '1' then
-    redis.call('HSET', jk(id), 'us', '1')
-    redis.call('ZADD', P .. 'unsettled', numstr(at), id)
+    redis.call('HSET', k or jk(id), 'us', '1')
+    redis.call('ZADD', K('unsettled'), numstr(at), id)
     return '1'
   end
-  redis.call('ZADD', P .. 'fin', numstr(at), id)
+  redis.call('ZADD', K('fin'), numstr(at), id)
   return false
 end
 
@@ -223,7 +250,7 @@ local leaseExpired = { c = 'lease_expired', m = 'queue: lease expired', n = '', 
 -- attempt counts, and the job is queued again or dead.
 local function expire(id, at)
   local k = jk(id)
-  redis.call('ZREM', P .. 'lease', id)
+  redis.call('ZREM', K('lease'), id)
   closeAttempt(id, at, 'lease_expired', leaseExpired, true, true)
   redis.call('HDEL', k, 'tk', 'le')
   local f = redis.call('HMGET', k, 'u', 'mx', 'sq')
@@ -243,17 +270,17 @@ end
 -- retry delays, at most limit of each (the maintenance loop does the
 -- rest). It never looks at jobs that are not due.
 local function due(limit)
-  local exp = redis.call('ZRANGEBYSCORE', P .. 'lease', '-inf', NOWS, 'WITHSCORES', 'LIMIT', 0, limit)
+  local exp = redis.call('ZRANGEBYSCORE', K('lease'), '-inf', NOWS, 'WITHSCORES', 'LIMIT', 0, limit)
   for i = 1, #exp, 2 do
     if redis.call('HGET', jk(exp[i]), 'st') == 'leased' then
       expire(exp[i], tonumber(exp[i + 1]))
     else
-      redis.call('ZREM', P .. 'lease', exp[i]) -- a leftover (Redis trouble)
+      redis.call('ZREM', K('lease'), exp[i]) -- a leftover (Redis trouble)
     end
   end
-  local ready = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', NOWS, 'LIMIT', 0, limit)
+  local ready = redis.call('ZRANGEBYSCORE', K('retry'), '-inf', NOWS, 'LIMIT', 0, limit)
   for _, id in ipairs(ready) do
-    redis.call('ZREM', P .. 'retry', id)
+    redis.call('ZREM', K('retry'), id)
     if redis.call('HGET', jk(id), 'st') == 'retrying' then
       redis.call('HSET', jk(id), 'st', 'queued')
       local v = bump(id)
@@ -281,9 +308,9 @@ end
 -- record.go (false for an absent one; all false when there is no job),
 -- and R, their positions, so that a script that read a record can
 -- return it as it wrote it without reading it again. Scripts return it
--- packed (pack).
-local function record(id)
-  return redis.call('HMGET', jk(id), 'id', 'st', 'v', 'pr', 'wf', 'wk', 'ov', 'pl', 'md', 'rq', 'nd', 'xb', 'ik',
+-- packed (pack). k is the job's key, when the caller has it.
+local function record(id, k)
+  return redis.call('HMGET', k or jk(id), 'id', 'st', 'v', 'pr', 'wf', 'wk', 'ov', 'pl', 'md', 'rq', 'nd', 'xb', 'ik',
     'mx', 'u', 'at', 'ao', 'eq', 'av', 'la', 'le', 'fi', 'lb', 'tk', 'rs', 'ec', 'em', 'en', 'et', 'sq', 'se', 'us')
 end
 local R = { id = 1, st = 2, v = 3, u = 15, at = 16, ao = 17, la = 20, le = 21, fi = 22, lb = 23, tk = 24, rs = 25,

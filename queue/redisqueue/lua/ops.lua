@@ -9,16 +9,20 @@ local paused -- the paused scopes, read once per call
 local function pausedSet()
   if not paused then
     paused = {}
-    for _, s in ipairs(redis.call('SMEMBERS', P .. 'paused')) do paused[s] = true end
+    for _, s in ipairs(redis.call('SMEMBERS', K('paused'))) do paused[s] = true end
   end
   return paused
 end
 
 local none = {}
+local sets -- JSON array -> its set, per call: a group's lessees often send the same
 local function set(json)
   if json == '[]' then return none end
-  local s = {}
+  local s = sets[json]
+  if s then return s end
+  s = {}
   for _, v in ipairs(cjson.decode(json)) do s[v] = true end
+  sets[json] = s
   return s
 end
 
@@ -38,7 +42,7 @@ local defs -- bucket id -> decoded definition {wf, priority, requires, needs, ex
 local function def(bid)
   local d = defs[bid]
   if not d then
-    local raw = redis.call('HGET', P .. 'bk', bid)
+    local raw = redis.call('HGET', K('bk'), bid)
     if not raw then return nil end -- lost (Redis trouble): skip the bucket
     d = cjson.decode(raw)
     defs[bid] = d
@@ -64,6 +68,8 @@ local function eligible(d, r, ps)
   return true
 end
 
+local function seqOf(bid, id) return tonumber(redis.call('ZSCORE', qk(bid), id)) end
+
 local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   if wfs == '[]' then return { 'none' } end
   local ps = pausedSet()
@@ -77,12 +83,11 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   -- and the heads' sequences only when two buckets of one priority
   -- compete.
   local best, bestBid, bestPr, bestPref, bestSeq, bestLast
-  local function seqOf(bid, id) return tonumber(redis.call('ZSCORE', P .. 'q:' .. bid, id)) end
   for _, bid in ipairs(liveBuckets()) do
     local d = def(bid)
     if d and best and d[2] < bestPr then break end -- lower priorities cannot win
     if d and eligible(d, r, ps) then
-      local h = redis.call('ZRANGE', P .. 'q:' .. bid, 0, 1)
+      local h = redis.call('ZRANGE', qk(bid), 0, 1)
       if #h == 0 then
         dropBucket(bid)
       else
@@ -104,17 +109,17 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
     end
   end
   if not best then return { 'none' } end
-  local k = jk(best)
-  redis.call('ZREM', P .. 'q:' .. bestBid, best)
+  redis.call('ZREM', qk(bestBid), best)
   if bestLast then dropBucket(bestBid) end
-  local rec = record(best)
+  local k = jk(best)
+  local rec = record(best, k)
   local st = rec[R.st]
   if st ~= 'queued' then
     -- An entry Redis trouble left (its job vanished, or is not queued):
     -- dropped, with the index entries of a vanished job; lease the next.
     if not st then
-      redis.call('ZREM', P .. 's:queued', best)
-      redis.call('ZREM', P .. 'all', best)
+      redis.call('ZREM', K('s:queued'), best)
+      redis.call('ZREM', K('all'), best)
     end
     return lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   end
@@ -122,7 +127,7 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
   local v = numstr((tonumber(rec[R.v]) or 0) + 1)
   local la, le = NOWS, numstr(NOW + tonumber(dur))
   redis.call('HSET', k, 'st', 'leased', 'tk', tok, 'la', la, 'le', le, 'lb', backend, 'v', v)
-  redis.call('ZADD', P .. 'lease', le, best)
+  redis.call('ZADD', K('lease'), le, best)
   move(best, rec[R.sq] or '0', 'queued', 'leased')
   changed(best, 'leased', v)
   rec[R.st], rec[R.tk], rec[R.la], rec[R.le], rec[R.lb], rec[R.v] = 'leased', tok, la, le, backend, v
@@ -156,7 +161,7 @@ local function extend(id, tok, dur)
   if bad then return bad end
   local exp = NOW + tonumber(dur)
   redis.call('HSET', jk(id), 'le', fmt(exp))
-  redis.call('ZADD', P .. 'lease', exp, id)
+  redis.call('ZADD', K('lease'), exp, id)
   bump(id)
   return { 'ok', '', pack(record(id)) }
 end
@@ -174,16 +179,16 @@ end
 
 local function complete(id, tok, result)
   local k = jk(id)
-  local rec = record(id)
+  local rec = record(id, k)
   local bad = checkLease(id, tok, rec[R.st], rec[R.tk], rec[R.le])
   if bad then return bad end
   -- One read and one write of the record (the hot path).
   local at = closed(rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], NOW, 'none', nil, true, true)
   local v, u, fi = numstr((tonumber(rec[R.v]) or 0) + 1), numstr((tonumber(rec[R.u]) or 0) + 1), NOWS
-  redis.call('ZREM', P .. 'lease', id)
+  redis.call('ZREM', K('lease'), id)
   redis.call('HDEL', k, 'tk', 'le', 'ao')
   redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', at, 'u', u, 'v', v)
-  rec[R.us] = ended(id, rec[R.se], NOW)
+  rec[R.us] = ended(id, rec[R.se], NOW, k)
   move(id, rec[R.sq], 'leased', 'completed')
   changed(id, 'completed', v)
   rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v] = 'completed', fi, result, at, u, v
@@ -199,7 +204,7 @@ local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
   local bad = holder(id, tok)
   if bad then return bad end
   local k = jk(id)
-  redis.call('ZREM', P .. 'lease', id)
+  redis.call('ZREM', K('lease'), id)
   local e = errOf(c, m, n, t)
   local backend = closeAttempt(id, NOW, c, e, true, true)
   if exclude == '1' and backend and backend ~= '' then
@@ -223,7 +228,7 @@ local function fail(id, tok, c, m, n, t, retryAfter, noRetry, exclude, needs)
     changed(id, 'dead', v)
   elseif ra > 0 then
     redis.call('HSET', k, 'st', 'retrying', 'av', fmt(NOW + ra))
-    redis.call('ZADD', P .. 'retry', NOW + ra, id)
+    redis.call('ZADD', K('retry'), NOW + ra, id)
     move(id, f[3], 'leased', 'retrying')
     changed(id, 'retrying', v)
   else
@@ -238,7 +243,7 @@ local function requeue(id, tok, c, m, n, t, needs)
   local bad = holder(id, tok)
   if bad then return bad end
   local k = jk(id)
-  redis.call('ZREM', P .. 'lease', id)
+  redis.call('ZREM', K('lease'), id)
   closeAttempt(id, NOW, c, errOf(c, m, n, t), false, false)
   setNeeds(id, needs)
   redis.call('HDEL', k, 'tk', 'le')
@@ -257,9 +262,9 @@ local function cancel(id, c, m, n, t)
   if st == 'queued' then
     unbucket(id)
   elseif st == 'retrying' then
-    redis.call('ZREM', P .. 'retry', id)
+    redis.call('ZREM', K('retry'), id)
   elseif st == 'leased' then
-    redis.call('ZREM', P .. 'lease', id)
+    redis.call('ZREM', K('lease'), id)
     closeAttempt(id, NOW, 'cancelled', errOf('cancelled', m, n, t), false, false)
   elseif st == 'cancelled' then
     return { 'cancelled' }
@@ -275,8 +280,8 @@ local function cancel(id, c, m, n, t)
 end
 
 local function unfinished()
-  return redis.call('ZCARD', P .. 's:queued') + redis.call('ZCARD', P .. 's:leased') +
-      redis.call('ZCARD', P .. 's:retrying')
+  return redis.call('ZCARD', K('s:queued')) + redis.call('ZCARD', K('s:leased')) +
+      redis.call('ZCARD', K('s:retrying'))
 end
 
 local function retry(id, capacity)
@@ -289,9 +294,9 @@ local function retry(id, capacity)
   redis.call('HSET', k, 'st', 'queued', 'u', 0, 'av', fmt(NOW))
   redis.call('HDEL', k, 'fi', 'us')
   clearError(id)
-  redis.call('ZREM', P .. 'fin', id)
-  redis.call('ZREM', P .. 'unsettled', id)
-  redis.call('ZREM', P .. 'uclaim', id)
+  redis.call('ZREM', K('fin'), id)
+  redis.call('ZREM', K('unsettled'), id)
+  redis.call('ZREM', K('uclaim'), id)
   local v = bump(id)
   makeQueued(id, st)
   changed(id, 'queued', v)
@@ -312,9 +317,9 @@ local function settle(id)
   if not r[1] then return { 'notfound' } end
   if r[R.us] ~= '1' then return { 'ok', '', pack(r) } end
   redis.call('HDEL', jk(id), 'us')
-  redis.call('ZREM', P .. 'unsettled', id)
-  redis.call('ZREM', P .. 'uclaim', id)
-  redis.call('ZADD', P .. 'fin', tonumber(r[R.fi]) or NOW, id)
+  redis.call('ZREM', K('unsettled'), id)
+  redis.call('ZREM', K('uclaim'), id)
+  redis.call('ZADD', K('fin'), tonumber(r[R.fi]) or NOW, id)
   r[R.us], r[R.v] = false, tostring(bump(id))
   return { 'ok', '', pack(r) }
 end
@@ -329,7 +334,7 @@ local ops = {
 }
 entries.ops = function(KEYS, ARGV)
   start(ARGV)
-  paused, defs = nil, {}
+  paused, defs, sets = nil, {}, {}
   due(100)
   local out = {}
   local i = 3
