@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/comfypool/comfypool/pool"
+	"github.com/comfypool/comfypool/queue"
 )
 
 // Reusing an idempotency key with another workflow is an error naming the
@@ -67,6 +68,35 @@ func TestIdempotencyKeyAfterPurge(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotEqual(t, first, again, "a new job")
 		_, err = b.pool.Wait(ctx, again)
+		require.NoError(t, err)
+	})
+}
+
+// Text no queue can store (bytes that are not UTF-8, NUL) in a job's
+// metadata or idempotency key is refused with ErrInvalid, and leaves
+// nothing behind: the Pool holds no job, and the key is free.
+func TestEnqueueTextRefused(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, 1, nil, nil)
+		ctx := t.Context()
+		for name, o := range map[string]*pool.EnqueueOpts{
+			"metadata not UTF-8":  {Metadata: map[string]string{"tenant": "a\xffb"}},
+			"metadata key NUL":    {Metadata: map[string]string{"ten\x00ant": "a"}},
+			"idempotency key NUL": {IdempotencyKey: "order-\x00"},
+			"both, with a key":    {IdempotencyKey: "order-8", Metadata: map[string]string{"tenant": "\xc3"}},
+		} {
+			_, err := b.pool.Enqueue(ctx, zeroWF(t, 1), o)
+			assert.ErrorIs(t, err, pool.ErrInvalid, name)
+			assert.ErrorIs(t, err, queue.ErrInvalid, name)
+		}
+		page, err := b.pool.List(ctx, pool.ListFilter{Count: true})
+		require.NoError(t, err)
+		assert.Empty(t, page.Jobs, "nothing stored")
+
+		id, err := b.pool.Enqueue(ctx, zeroWF(t, 1), &pool.EnqueueOpts{IdempotencyKey: "order-8", Metadata: map[string]string{"tenant": "é"}})
+		require.NoError(t, err, "the key is free")
+		_, err = b.pool.Wait(ctx, id)
 		require.NoError(t, err)
 	})
 }

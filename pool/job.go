@@ -20,7 +20,10 @@ type EnqueueOpts struct {
 	// Priority: higher runs first; equal priorities run oldest first.
 	// Defaults to 0.
 	Priority int
-	// Metadata is stored with the job (tenant, user, ...). Copied.
+	// Metadata is stored with the job (tenant, user, ...). Copied. Its
+	// keys and values, like IdempotencyKey and the names in Tags and
+	// ExcludeBackends, are text every queue can store: valid UTF-8
+	// without NUL (Enqueue refuses other text with ErrInvalid).
 	Metadata map[string]string
 	// MaxAttempts is how many attempts (backend faults count; cancels and
 	// the requeues of RemoveBackend and Stop do not) the job gets.

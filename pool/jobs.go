@@ -253,6 +253,9 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 			// conflict.
 			return p.sameJob(ctx, o.IdempotencyKey, de.ExistingID, t.key, ovr)
 		}
+		if errors.Is(err, queue.ErrInvalid) { // text no queue can store, say
+			return "", fmt.Errorf("%w: enqueue: %w", ErrInvalid, err)
+		}
 		return "", fmt.Errorf("pool: enqueue: %w", err)
 	}
 	p.mu.Lock()
