@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -113,6 +114,36 @@ func (o *EnqueueOpts) validate() error {
 		return fmt.Errorf("%w: EnqueueOpts.PreferBackends cannot contain an empty name", ErrInvalid)
 	case o.Timeouts.Queue < 0 || o.Timeouts.Start < 0 || o.Timeouts.Overall < 0:
 		return fmt.Errorf("%w: EnqueueOpts.Timeouts cannot be negative", ErrInvalid)
+	}
+	return o.validateText()
+}
+
+// validateText checks that the options' text is text every queue can
+// store (queue.Storable).
+func (o *EnqueueOpts) validateText() error {
+	bad := func(field, s string) error {
+		return fmt.Errorf("%w: EnqueueOpts.%s is not valid UTF-8 without NUL: %q", ErrInvalid, field, s)
+	}
+	if !queue.Storable(o.IdempotencyKey) {
+		return bad("IdempotencyKey", o.IdempotencyKey)
+	}
+	for k, v := range o.Metadata {
+		if !queue.Storable(k) {
+			return bad("Metadata key", k)
+		}
+		if !queue.Storable(v) {
+			return bad("Metadata["+strconv.Quote(k)+"]", v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		s    []string
+	}{{"Tags", o.Tags}, {"ExcludeBackends", o.ExcludeBackends}, {"PreferBackends", o.PreferBackends}} {
+		for _, s := range f.s {
+			if !queue.Storable(s) {
+				return bad(f.name, s)
+			}
+		}
 	}
 	return nil
 }

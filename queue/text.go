@@ -15,14 +15,18 @@ import (
 // every driver stores the same thing and a failure is never lost for its
 // text.
 
+// Storable reports whether every driver can store s as text: it is
+// valid UTF-8 and holds no NUL. A job's text fields must be (see
+// [Driver]); the pool checks its options with it.
+func Storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // checkText returns an error wrapping ErrInvalid, naming field, if s is
-// not valid text.
+// not Storable.
 func checkText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return invalidf("%s is not valid UTF-8: %q", field, s)
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return invalidf("%s holds NUL: %q", field, s)
+	if !Storable(s) {
+		return invalidf("%s is not text every queue can store (valid UTF-8 without NUL): %q", field, s)
 	}
 	return nil
 }
@@ -40,7 +44,7 @@ func checkTexts(field string, s []string) error {
 // cleanText returns s with each run of bytes that are not UTF-8 replaced
 // by U+FFFD and NUL removed; s itself when it is valid text.
 func cleanText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+	if Storable(s) {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
