@@ -62,6 +62,12 @@ type DiskConfig struct {
 	// request.
 	SigningKey []byte
 
+	// MaxPutSize is the largest body a signed PUT may store, in bytes: a
+	// larger one gets 413 and stores nothing (the URL's holder could fill
+	// the disk otherwise). Zero means 5 GiB, the most one S3 PUT takes;
+	// negative means no limit. DiskStore.Put itself has none.
+	MaxPutSize int64
+
 	// Logger receives the handler's failed writes and reads (500s). It is
 	// never given a signing key or a signature. Defaults to discarding.
 	Logger *slog.Logger
@@ -69,6 +75,9 @@ type DiskConfig struct {
 	// Test holds knobs for tests only.
 	Test DiskTestConfig
 }
+
+// defaultMaxPutSize is DiskConfig.MaxPutSize's default: 5 GiB.
+const defaultMaxPutSize = 5 << 30
 
 // DiskTestConfig holds test-only knobs of [DiskConfig].
 type DiskTestConfig struct {
@@ -92,6 +101,7 @@ type DiskStore struct {
 	base     *url.URL // nil: no signed URLs
 	basePath string   // path prefix the handler serves
 	key      []byte
+	maxPut   int64 // the handler's PUT limit; < 0: none
 	log      *slog.Logger
 	now      func() time.Time
 }
@@ -115,6 +125,7 @@ func NewDiskStore(cfg *DiskConfig) (*DiskStore, error) {
 	}
 	d := &DiskStore{
 		key:      bytes.Clone(c.SigningKey),
+		maxPut:   cmp.Or(c.MaxPutSize, defaultMaxPutSize),
 		log:      cmp.Or(c.Logger, slog.New(slog.DiscardHandler)),
 		now:      c.Test.Now,
 		basePath: "/",

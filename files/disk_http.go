@@ -62,7 +62,8 @@ func (d *DiskStore) sign(method, key string, expires int64) string {
 // type and an ETag of its SHA-256), PUT stores the request body under the
 // key (Content-Type and Content-Length, when given, are its type and
 // declared size) through the same crash-safe path as [DiskStore.Put] and
-// answers 200 with the ETag. Mount it at the path of DiskConfig.URL without
+// answers 200 with the ETag; a body over DiskConfig.MaxPutSize gets 413
+// and stores nothing. Mount it at the path of DiskConfig.URL without
 // stripping the prefix (the fleet control plane does this).
 //
 // The signature is checked in constant time before anything else; a
@@ -135,9 +136,20 @@ func (d *DiskStore) serveGet(w http.ResponseWriter, r *http.Request, key string)
 }
 
 func (d *DiskStore) servePut(w http.ResponseWriter, r *http.Request, key string) {
-	u := newUpload(r.Context(), r.Body, r.Header.Get("Content-Type"), r.ContentLength, "")
+	body := r.Body
+	if d.maxPut >= 0 {
+		if r.ContentLength > d.maxPut {
+			http.Error(w, fmt.Sprintf("files: body of %d bytes is over the limit of %d", r.ContentLength, d.maxPut), http.StatusRequestEntityTooLarge)
+			return
+		}
+		body = http.MaxBytesReader(w, r.Body, d.maxPut)
+	}
+	u := newUpload(r.Context(), body, r.Header.Get("Content-Type"), r.ContentLength, "")
 	if err := d.Put(r.Context(), key, u); err != nil {
+		var tooLarge *http.MaxBytesError
 		switch {
+		case errors.As(u.err, &tooLarge):
+			http.Error(w, fmt.Sprintf("files: body is over the limit of %d bytes", tooLarge.Limit), http.StatusRequestEntityTooLarge)
 		case errors.Is(u.err, ErrSizeMismatch):
 			http.Error(w, u.err.Error(), http.StatusBadRequest)
 		case u.err != nil:

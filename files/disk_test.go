@@ -294,3 +294,43 @@ func TestDiskSharedDirectory(t *testing.T) {
 		t.Errorf("b reads %q, %v", got, err)
 	}
 }
+
+// TestDiskSignedPutSizeLimit: a signed PUT larger than MaxPutSize gets 413
+// and stores nothing, whether it declares its length or streams without
+// one; a body of exactly MaxPutSize is stored. Without a limit, anyone
+// holding a PUT URL for a minute could fill the disk.
+func TestDiskSignedPutSizeLimit(t *testing.T) {
+	t.Parallel()
+	d, _ := newServedDisk(t, files.DiskConfig{MaxPutSize: 8})
+	s, _ := files.New(d, nil)
+	put := func(key, body string, declare bool) int {
+		u, err := s.SignedURL(t.Context(), key, http.MethodPut, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPut, u, io.NopCloser(strings.NewReader(body)))
+		req.ContentLength = -1
+		if declare {
+			req.ContentLength = int64(len(body))
+		}
+		d.Handler().ServeHTTP(rec, withPath(req, u))
+		return rec.Code
+	}
+	for _, declare := range []bool{true, false} {
+		key := fmt.Sprint("big-", declare)
+		if code := put(key, "123456789", declare); code != http.StatusRequestEntityTooLarge {
+			t.Errorf("PUT of 9 bytes over a limit of 8 (declared %v): %d, want 413", declare, code)
+		}
+		if _, err := s.Stat(t.Context(), key); !errors.Is(err, files.ErrNotFound) {
+			t.Errorf("after a PUT over the limit (declared %v), Stat = %v, want ErrNotFound", declare, err)
+		}
+		key = fmt.Sprint("fits-", declare)
+		if code := put(key, "12345678", declare); code != http.StatusOK {
+			t.Errorf("PUT of exactly the limit (declared %v): %d, want 200", declare, code)
+		}
+		if a, err := s.Stat(t.Context(), key); err != nil || a.Size != 8 {
+			t.Errorf("after a PUT of the limit (declared %v), Stat = %+v, %v", declare, a, err)
+		}
+	}
+}
