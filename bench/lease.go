@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/comfypool/comfypool/internal/leaseload"
 	"github.com/comfypool/comfypool/queue"
 )
 
@@ -148,51 +148,21 @@ func leaseComplete(ctx context.Context, q *queue.Queue, jobs, lessees int) (*Lea
 			batch = batch[:0]
 		}
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	lat := make([]time.Duration, jobs)
-	var done atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := range lessees {
-		wg.Go(func() {
-			lp := leaseParams
-			lp.Backend = fmt.Sprint(lp.Backend, "-", w)
-			for ctx.Err() == nil {
-				t := time.Now()
-				j, err := q.Lease(ctx, lp)
-				if err != nil {
-					cancel(fmt.Errorf("bench: lease: %w", err))
-					return
-				}
-				if j == nil {
-					return
-				}
-				if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
-					cancel(fmt.Errorf("bench: complete %s: %w", j.ID, err))
-					return
-				}
-				if i := done.Add(1) - 1; i < int64(len(lat)) {
-					lat[i] = time.Since(t)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	n, err := leaseload.Drain(ctx, q, lessees, func(w int) queue.LeaseParams {
+		lp := leaseParams
+		lp.Backend = fmt.Sprint(lp.Backend, "-", w)
+		return lp
+	}, lat)
 	elapsed := time.Since(start)
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	if n := done.Load(); n != int64(jobs) {
+	if n != int64(jobs) {
 		return nil, fmt.Errorf("bench: %d lessees completed %d jobs of %d", lessees, n, jobs)
 	}
 	return &LeaseRun{Lessees: lessees, Jobs: jobs, Elapsed: elapsed, Latency: Summarize(lat)}, nil
-}
-
-// leased is a job the pickup lessee got, and when.
-type leased struct {
-	id string
-	at time.Time
 }
 
 // pickup measures n pickups by an idle lessee of q, each job enqueued
@@ -208,49 +178,15 @@ func pickup(ctx context.Context, q, peer *queue.Queue, n int, poll time.Duration
 		defer t.Stop()
 		tick = t.C
 	}
-	got := make(chan leased)
+	got := make(chan leaseload.Leased)
 	idle := make(chan struct{}) // closed when the lessee first waits
 	idleOnce := sync.OnceFunc(func() { close(idle) })
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel(nil) // stops the lessee, then wg.Wait waits for it
 	wg.Go(func() {
-		var pending []leased
-		for {
-			// After a wake-up, lease until there is none (see queue.Notifier).
-			for {
-				j, err := q.Lease(ctx, leaseParams)
-				if err != nil {
-					cancel(fmt.Errorf("bench: lease: %w", err))
-					return
-				}
-				if j == nil {
-					break
-				}
-				at := time.Now()
-				if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
-					cancel(fmt.Errorf("bench: complete %s: %w", j.ID, err))
-					return
-				}
-				pending = append(pending, leased{j.ID, at})
-			}
-			// Report only once idle, so that the next job finds the
-			// lessee waiting.
-			for _, l := range pending {
-				select {
-				case got <- l:
-				case <-ctx.Done():
-					return
-				}
-			}
-			pending = pending[:0]
-			idleOnce()
-			select {
-			case <-ready:
-			case <-tick:
-			case <-ctx.Done():
-				return
-			}
+		if err := leaseload.Idle(ctx, q, leaseParams, ready, tick, got, idleOnce); err != nil {
+			cancel(fmt.Errorf("bench: %w", err))
 		}
 	})
 	select {
@@ -266,10 +202,10 @@ func pickup(ctx context.Context, q, peer *queue.Queue, n int, poll time.Duration
 		}
 		select {
 		case l := <-got:
-			if l.id != id {
-				return nil, notified, fmt.Errorf("bench: the lessee leased %s, want the job just enqueued (%s)", l.id, id)
+			if l.ID != id {
+				return nil, notified, fmt.Errorf("bench: the lessee leased %s, want the job just enqueued (%s)", l.ID, id)
 			}
-			lat = append(lat, l.at.Sub(start))
+			lat = append(lat, l.At.Sub(start))
 		case <-ctx.Done():
 			return nil, notified, context.Cause(ctx)
 		}

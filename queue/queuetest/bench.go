@@ -9,10 +9,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	syncatomic "sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/comfypool/comfypool/internal/leaseload"
 	"github.com/comfypool/comfypool/internal/usage"
 	"github.com/comfypool/comfypool/queue"
 )
@@ -249,46 +249,21 @@ func benchLeaseComplete(b *testing.B, h *BenchHarness, lessees int) {
 		server = h.ServerCPU(b, d)
 	}
 	lat := make([]time.Duration, b.N)
-	var done syncatomic.Int64
-	errs := make(chan error, lessees)
-	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
 	u := usage.Read()
-	for w := range lessees {
-		wg.Go(func() {
-			lp := queue.LeaseParams{Backend: fmt.Sprint(benchBackend, "-", w), Tags: []string{benchTag}, Duration: time.Hour}
-			for {
-				start := time.Now()
-				j, err := q.Lease(ctx, lp)
-				if err != nil {
-					errs <- fmt.Errorf("lease: %w", err)
-					return
-				}
-				if j == nil {
-					return
-				}
-				if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
-					errs <- fmt.Errorf("complete %s: %w", j.ID, err)
-					return
-				}
-				if i := done.Add(1) - 1; i < int64(len(lat)) {
-					lat[i] = time.Since(start)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	n, err := leaseload.Drain(ctx, q, lessees, func(w int) queue.LeaseParams {
+		return queue.LeaseParams{Backend: fmt.Sprint(benchBackend, "-", w), Tags: []string{benchTag}, Duration: time.Hour}
+	}, lat)
 	b.StopTimer()
 	u = usage.Read().Sub(u)
 	if h.ServerCPU != nil {
 		server = h.ServerCPU(b, d) - server
 	}
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		b.Fatal(err)
 	}
-	if n := done.Load(); n != int64(b.N) {
+	if n != int64(b.N) {
 		b.Fatalf("%d lessees completed %d jobs of %d queued", lessees, n, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
@@ -341,12 +316,6 @@ func benchSkew(b *testing.B, h *BenchHarness, ahead func(*queue.EnqueueParams)) 
 	reportLatencies(b, lat)
 }
 
-// leased is what Pickup's lessee reports: the job it leased and when.
-type leased struct {
-	id string
-	at time.Time
-}
-
 func benchPickup(b *testing.B, h *BenchHarness, poll bool) {
 	ctx, cancel := context.WithCancel(b.Context())
 	q := newBenchQueue(b, h)
@@ -366,7 +335,7 @@ func benchPickup(b *testing.B, h *BenchHarness, poll bool) {
 		tick = t.C
 	}
 
-	got := make(chan leased)
+	got := make(chan leaseload.Leased)
 	errc := make(chan error, 1)
 	idle := make(chan struct{}) // closed when the lessee first waits
 	idleOnce := sync.OnceFunc(func() { close(idle) })
@@ -374,46 +343,8 @@ func benchPickup(b *testing.B, h *BenchHarness, poll bool) {
 	defer wg.Wait()
 	defer cancel() // stops the lessee, then wg.Wait waits for it
 	wg.Go(func() {
-		var pending []leased
-		for {
-			// After a wake-up, lease until there is none (see queue.Notifier).
-			for {
-				j, err := q.Lease(ctx, skewLease)
-				if err != nil {
-					if ctx.Err() == nil {
-						errc <- fmt.Errorf("lease: %w", err)
-					}
-					return
-				}
-				if j == nil {
-					break
-				}
-				at := time.Now()
-				if _, err := q.Complete(ctx, j.ID, j.LeaseToken, nil); err != nil {
-					if ctx.Err() == nil {
-						errc <- fmt.Errorf("complete %s: %w", j.ID, err)
-					}
-					return
-				}
-				pending = append(pending, leased{j.ID, at})
-			}
-			// Report only once idle, so that the next job finds the
-			// lessee waiting.
-			for _, l := range pending {
-				select {
-				case got <- l:
-				case <-ctx.Done():
-					return
-				}
-			}
-			pending = pending[:0]
-			idleOnce()
-			select {
-			case <-ready:
-			case <-tick:
-			case <-ctx.Done():
-				return
-			}
+		if err := leaseload.Idle(ctx, q, skewLease, ready, tick, got, idleOnce); err != nil {
+			errc <- err
 		}
 	})
 
@@ -441,10 +372,10 @@ func benchPickup(b *testing.B, h *BenchHarness, poll bool) {
 		}
 		select {
 		case l := <-got:
-			if l.id != id {
-				b.Fatalf("the lessee leased %s, want the job just enqueued (%s)", l.id, id)
+			if l.ID != id {
+				b.Fatalf("the lessee leased %s, want the job just enqueued (%s)", l.ID, id)
 			}
-			lat = append(lat, l.at.Sub(start))
+			lat = append(lat, l.At.Sub(start))
 		case err := <-errc:
 			b.Fatal(err)
 		}
