@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -183,21 +184,10 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 		}
 		return &Progress{PromptID: string(w.PromptID), Node: string(w.Node), Value: float64(w.Value), Max: float64(w.Max)}, nil
 	case TypeProgressState:
-		var w struct {
-			PromptID lstr                   `json:"prompt_id"`
-			Nodes    lmap[wireNodeProgress] `json:"nodes"`
+		if m, ok := decodeProgressStateDirect(data); ok {
+			return m, nil
 		}
-		if err := unmarshalData(data, &w); err != nil {
-			return nil, err
-		}
-		m := &ProgressState{PromptID: string(w.PromptID)}
-		if len(w.Nodes) > 0 {
-			m.Nodes = make(map[string]NodeProgress, len(w.Nodes))
-			for k, n := range w.Nodes {
-				m.Nodes[k] = n.node()
-			}
-		}
-		return m, nil
+		return decodeProgressStateLenient(data)
 	case TypeExecuted:
 		var w struct {
 			PromptID    lstr    `json:"prompt_id"`
@@ -261,6 +251,64 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 		return &FeatureFlags{Flags: flags}, nil
 	}
 	return &Unknown{Type: typ, Data: bytes.Clone(data)}, nil
+}
+
+// decodeProgressStateDirect decodes progress_state data as the server
+// sends it, straight into the [NodeProgress] values: a map per message,
+// where the lenient decoder builds two. ok is false for data of any other
+// shape (a node that is not an object, a field of another type, nodes
+// that is not an object), which decodeProgressStateLenient reads; where
+// both succeed they agree (TestDecodeProgressStateDirect).
+func decodeProgressStateDirect(data []byte) (*ProgressState, bool) {
+	var w struct {
+		PromptID lstr        `json:"prompt_id"`
+		Nodes    directNodes `json:"nodes"`
+	}
+	if unmarshalData(data, &w) != nil {
+		return nil, false
+	}
+	m := &ProgressState{PromptID: string(w.PromptID)}
+	if len(w.Nodes) > 0 {
+		m.Nodes = w.Nodes
+	}
+	return m, true
+}
+
+// directNodes is progress_state's nodes decoded by encoding/json into
+// NodeProgress, whose fields are the server's: any other shape is an
+// error. Each occurrence of the key replaces the map, as lmap does.
+type directNodes map[string]NodeProgress
+
+func (n *directNodes) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' {
+		return errors.New("nodes is not an object")
+	}
+	var m map[string]NodeProgress
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*n = m
+	return nil
+}
+
+// decodeProgressStateLenient decodes progress_state data of any shape
+// (see lenient.go).
+func decodeProgressStateLenient(data []byte) (*ProgressState, error) {
+	var w struct {
+		PromptID lstr                   `json:"prompt_id"`
+		Nodes    lmap[wireNodeProgress] `json:"nodes"`
+	}
+	if err := unmarshalData(data, &w); err != nil {
+		return nil, err
+	}
+	m := &ProgressState{PromptID: string(w.PromptID)}
+	if len(w.Nodes) > 0 {
+		m.Nodes = make(map[string]NodeProgress, len(w.Nodes))
+		for k, n := range w.Nodes {
+			m.Nodes[k] = n.node()
+		}
+	}
+	return m, nil
 }
 
 // DecodeBinary decodes one binary WebSocket frame. The first 4 bytes are

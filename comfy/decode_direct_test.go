@@ -1,0 +1,120 @@
+package comfy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// realFrames returns the text frames a real ComfyUI server sent in the
+// transcripts of real-comfyui-transcripts.md, as comfytest keeps them
+// (comfytest/testdata/*.txt, lines "<- frame").
+func realFrames(t testing.TB) [][]byte {
+	t.Helper()
+	files, err := filepath.Glob("comfytest/testdata/*.txt")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var out [][]byte
+	for _, name := range files {
+		f, err := os.Open(name)
+		require.NoError(t, err)
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if frame, ok := bytes.CutPrefix(sc.Bytes(), []byte("<- ")); ok {
+				out = append(out, bytes.Clone(frame))
+			}
+		}
+		require.NoError(t, sc.Err())
+		require.NoError(t, f.Close())
+	}
+	return out
+}
+
+// messageData returns the type and data of a frame, as the full decoder
+// reads them.
+func messageData(t testing.TB, frame []byte) (string, json.RawMessage) {
+	t.Helper()
+	var env struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(frame, &env), "%s", frame)
+	if isNull(env.Data) {
+		env.Data = nil
+	}
+	return env.Type, env.Data
+}
+
+// progressStateCases are progress_state data of shapes the direct
+// decoder must either decode as the lenient one does or leave to it.
+var progressStateCases = []string{
+	`{"prompt_id": "p", "nodes": {}}`,
+	`{"prompt_id": "p"}`,
+	`{"prompt_id": 7, "nodes": {"1": {"value": 1, "max": 2, "state": "running", "node_id": "1"}}}`,
+	`{"prompt_id": "p", "nodes": null}`,
+	`{"prompt_id": "p", "nodes": 5}`,
+	`{"prompt_id": "p", "nodes": {"1": null}}`,
+	`{"prompt_id": "p", "nodes": {"1": 5, "2": {"value": 1}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": "x", "max": 1}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"node_id": 2, "max": 1}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1e999}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": null, "state": null, "parent_node_id": null}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"Node_ID": "a", "VALUE": 3, "extra": [1, {"x": 2}]}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"node_id": "a\u00e9\n", "state": "\ud800"}, "\u0032": {}}}`,
+	"{\"prompt_id\": \"p\", \"nodes\": {\"1\": {\"node_id\": \"\xff\"}}}",
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1}}, "nodes": {"2": {"value": 2}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1}}, "nodes": null}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1}}, "nodes": {"2": 5}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1}, "1": {"max": 2}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1, "value": null, "node_id": "a", "node_id": "b"}}}`,
+	`[1, 2]`,
+}
+
+// TestDecodeProgressStateDirect: the direct decoder decodes every
+// progress_state the real server sent, and whatever it decodes, it
+// decodes as the lenient decoder does.
+func TestDecodeProgressStateDirect(t *testing.T) {
+	n := 0
+	for _, frame := range append(realFrames(t), []byte(goldenProgressState)) {
+		typ, data := messageData(t, frame)
+		if typ != TypeProgressState {
+			continue
+		}
+		n++
+		got, ok := decodeProgressStateDirect(data)
+		require.True(t, ok, "%s", frame)
+		want, err := decodeProgressStateLenient(data)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "%s", frame)
+		assert.NotEmpty(t, got.Nodes)
+	}
+	assert.Greater(t, n, 10)
+	for _, data := range progressStateCases {
+		checkProgressStateDirect(t, []byte(data))
+	}
+}
+
+func checkProgressStateDirect(t *testing.T, data []byte) {
+	t.Helper()
+	got, ok := decodeProgressStateDirect(data)
+	if !ok {
+		return
+	}
+	want, err := decodeProgressStateLenient(data)
+	require.NoError(t, err, "%s", data)
+	assert.Equal(t, want, got, "%s", data)
+}
+
+func FuzzDecodeProgressStateDirect(f *testing.F) {
+	for _, s := range progressStateCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkProgressStateDirect)
+}
