@@ -243,7 +243,7 @@ func TestDecodeHistoryGolden(t *testing.T) {
 }
 
 // TestDecodeHistoryWithoutPrompt: a settlement's read skips the prompt
-// tuple and keeps everything else.
+// tuple and meta and keeps everything else.
 func TestDecodeHistoryWithoutPrompt(t *testing.T) {
 	all, err := decodeHistory([]byte(goldenHistoryOK), true)
 	require.NoError(t, err)
@@ -251,7 +251,8 @@ func TestDecodeHistoryWithoutPrompt(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, some, 1)
 	e, want := some[0], *all[0]
-	want.Number, want.Prompt, want.ExtraData, want.OutputsToExecute = 0, nil, nil, nil
+	require.NotEmpty(t, want.Meta)
+	want.Number, want.Prompt, want.ExtraData, want.OutputsToExecute, want.Meta = 0, nil, nil, nil, nil
 	assert.Equal(t, &want, e)
 	assert.Equal(t, all[0].Files(), e.Files())
 	assert.NoError(t, e.Err())

@@ -166,11 +166,12 @@ func (c *Client) History(ctx context.Context, promptID string) (*HistoryEntry, e
 	return c.history(ctx, promptID, true)
 }
 
-// history is History; without withPrompt the entry's prompt tuple
-// (Number, Prompt, ExtraData, OutputsToExecute: the workflow sent, often
-// the largest part of the answer) is not decoded, for a caller that reads
-// only outputs and status, as a finished prompt's settlement does.
-func (c *Client) history(ctx context.Context, promptID string, withPrompt bool) (*HistoryEntry, error) {
+// history is History; without full only the entry's outputs and status
+// are decoded, for a caller that reads nothing else, as a finished
+// prompt's settlement does: not its prompt tuple (Number, Prompt,
+// ExtraData, OutputsToExecute: the workflow sent, often the largest part
+// of the answer) nor its Meta.
+func (c *Client) history(ctx context.Context, promptID string, full bool) (*HistoryEntry, error) {
 	if promptID == "" {
 		return nil, errors.New("comfy: History: empty prompt id")
 	}
@@ -183,7 +184,7 @@ func (c *Client) history(ctx context.Context, promptID string, withPrompt bool) 
 	if err != nil {
 		return nil, err
 	}
-	e, err := historyEntryOf(b, promptID, withPrompt)
+	e, err := historyEntryOf(b, promptID, full)
 	if err != nil {
 		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
@@ -197,7 +198,7 @@ func (c *Client) history(ctx context.Context, promptID string, withPrompt bool) 
 // answer, an object of prompt id to entry; nil when it has none ({} for a
 // prompt not finished). Unlike decodeHistory, it decodes no other entry
 // and keeps no order.
-func historyEntryOf(b []byte, id string, withPrompt bool) (*HistoryEntry, error) {
+func historyEntryOf(b []byte, id string, full bool) (*HistoryEntry, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
@@ -209,7 +210,7 @@ func historyEntryOf(b []byte, id string, withPrompt bool) (*HistoryEntry, error)
 	if !ok {
 		return nil, nil
 	}
-	e, err := decodeHistoryEntry(id, raw, withPrompt)
+	e, err := decodeHistoryEntry(id, raw, full)
 	if err != nil {
 		return nil, fmt.Errorf("entry %q: %w", id, err)
 	}
@@ -269,7 +270,7 @@ func (c *Client) ClearHistory(ctx context.Context) error {
 
 // decodeHistory decodes a /history answer, an object of prompt id to entry,
 // keeping the server's order (oldest first).
-func decodeHistory(b []byte, withPrompt bool) ([]*HistoryEntry, error) {
+func decodeHistory(b []byte, full bool) ([]*HistoryEntry, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
@@ -289,7 +290,7 @@ func decodeHistory(b []byte, withPrompt bool) ([]*HistoryEntry, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, err
 		}
-		e, err := decodeHistoryEntry(id, raw, withPrompt)
+		e, err := decodeHistoryEntry(id, raw, full)
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", id, err)
 		}
@@ -308,8 +309,9 @@ func decodeHistory(b []byte, withPrompt bool) ([]*HistoryEntry, error) {
 // not an object is an error; fields whose shape changed across versions are
 // decoded leniently (see lenient.go): a prompt tuple, output, meta entry or
 // status message of an unexpected shape is dropped, the entry kept. The
-// status messages were called "notes" on servers of 2024-01-11.
-func decodeHistoryEntry(id string, raw []byte, withPrompt bool) (*HistoryEntry, error) {
+// status messages were called "notes" on servers of 2024-01-11. Without
+// full, the prompt tuple and meta are passed over (see Client.history).
+func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error) {
 	var w struct {
 		Prompt  promptTuple   `json:"prompt"`
 		Outputs lmap[lobject] `json:"outputs"`
@@ -319,14 +321,9 @@ func decodeHistoryEntry(id string, raw []byte, withPrompt bool) (*HistoryEntry, 
 			Messages  lraws `json:"messages"`
 			Notes     lraws `json:"notes"`
 		}] `json:"status"`
-		Meta lmap[struct {
-			NodeID      lstr `json:"node_id"`
-			DisplayNode lstr `json:"display_node"`
-			ParentNode  lstr `json:"parent_node"`
-			RealNodeID  lstr `json:"real_node_id"`
-		}] `json:"meta"`
+		Meta metaPart `json:"meta"`
 	}
-	w.Prompt.skip = !withPrompt
+	w.Prompt.skip, w.Meta.skip = !full, !full
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, err
 	}
@@ -337,9 +334,9 @@ func decodeHistoryEntry(id string, raw []byte, withPrompt bool) (*HistoryEntry, 
 			e.Outputs[k] = Output(o)
 		}
 	}
-	if w.Meta != nil {
-		e.Meta = make(map[string]NodeMetaInfo, len(w.Meta))
-		for k, m := range w.Meta {
+	if w.Meta.m != nil {
+		e.Meta = make(map[string]NodeMetaInfo, len(w.Meta.m))
+		for k, m := range w.Meta.m {
 			e.Meta[k] = NodeMetaInfo{NodeID: string(m.NodeID), DisplayNode: string(m.DisplayNode),
 				ParentNode: string(m.ParentNode), RealNodeID: string(m.RealNodeID)}
 		}
@@ -500,4 +497,24 @@ func (p *promptTuple) UnmarshalJSON(b []byte) error {
 		p.raw = append(p.raw[:0], b...)
 	}
 	return nil
+}
+
+// metaPart is a history entry's meta as read: decoded leniently, or, with
+// skip, passed over.
+type metaPart struct {
+	skip bool
+	m    lmap[struct {
+		NodeID      lstr `json:"node_id"`
+		DisplayNode lstr `json:"display_node"`
+		ParentNode  lstr `json:"parent_node"`
+		RealNodeID  lstr `json:"real_node_id"`
+	}]
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *metaPart) UnmarshalJSON(b []byte) error {
+	if p.skip {
+		return nil
+	}
+	return p.m.UnmarshalJSON(b)
 }
