@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -117,4 +119,81 @@ func FuzzDecodeProgressStateDirect(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(checkProgressStateDirect)
+}
+
+// historyEntryOfMap is historyEntryOf as it was before splitHistory: the
+// whole answer decoded into a map.
+func historyEntryOfMap(b []byte, id string, full bool) (*HistoryEntry, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, errors.New("history is not an object")
+	}
+	raw, ok := m[id]
+	if !ok {
+		return nil, nil
+	}
+	e, err := decodeHistoryEntry(id, raw, full)
+	if err != nil {
+		return nil, fmt.Errorf("entry %q: %w", id, err)
+	}
+	return e, nil
+}
+
+var historyAnswerCases = []struct{ answer, id string }{
+	{goldenHistoryOK, pidA},
+	{goldenHistoryError, pidE},
+	{goldenHistoryIntr, "593a4e1a-111d-4079-80af-cd6fcaf4e26c"},
+	{oldHistory, "p1"},
+	{`{}`, "p1"},
+	{`{"p1": {"outputs": {}}}  ` + "\n", "p1"},
+	{`{"p1":{"outputs":{}}}`, "p1"},
+	{`{"p1": {"outputs": {}}, "p2": {"outputs": {"9": {}}}}`, "p1"},
+	{`{"p1": {"outputs": {}}, "p2": {"outputs": {"9": {}}}}`, "p2"},
+	{`{"p1": {"outputs": {}}, "p1": {"outputs": {"9": {}}}}`, "p1"},
+	{`{"p1": {"outputs": {}}, "p2": {"outputs": {"9": {}}}}`, `p1": {"outputs": {}}, "p2`},
+	{`{"p\u0031": {"outputs": {"9": {}}}}`, "p1"},
+	{`{"p1\"": {"outputs": {"9": {}}}}`, `p1"`},
+	{`{"p1": 5}`, "p1"},
+	{`{"p1": {"outputs": {}}} {}`, "p1"},
+	{`{"p1": {"outputs": {}}`, "p1"},
+	{`{"p1": }`, "p1"},
+	{`[]`, "p1"},
+	{`null`, "p1"},
+}
+
+// TestSplitHistory: a /history/{id} answer as the server writes it is read
+// without decoding the answer, and whatever the answer, historyEntryOf
+// finds what decoding it whole finds.
+func TestSplitHistory(t *testing.T) {
+	for _, tc := range historyAnswerCases[:4] {
+		_, ok := splitHistory([]byte(tc.answer), tc.id)
+		assert.True(t, ok, tc.answer)
+	}
+	for _, tc := range historyAnswerCases {
+		for _, full := range []bool{true, false} {
+			checkHistoryEntryOf(t, []byte(tc.answer), tc.id, full)
+		}
+	}
+}
+
+func checkHistoryEntryOf(t *testing.T, answer []byte, id string, full bool) {
+	t.Helper()
+	got, err := historyEntryOf(answer, id, full)
+	want, wantErr := historyEntryOfMap(answer, id, full)
+	if wantErr != nil {
+		assert.Error(t, err, "%s", answer)
+		return
+	}
+	require.NoError(t, err, "%s", answer)
+	assert.Equal(t, want, got, "%s", answer)
+}
+
+func FuzzHistoryEntryOf(f *testing.F) {
+	for _, tc := range historyAnswerCases {
+		f.Add([]byte(tc.answer), tc.id, true)
+	}
+	f.Fuzz(checkHistoryEntryOf)
 }

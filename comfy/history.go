@@ -199,22 +199,57 @@ func (c *Client) history(ctx context.Context, promptID string, full bool) (*Hist
 // prompt not finished). Unlike decodeHistory, it decodes no other entry
 // and keeps no order.
 func historyEntryOf(b []byte, id string, full bool) (*HistoryEntry, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	if m == nil {
-		return nil, errors.New("history is not an object")
-	}
-	raw, ok := m[id]
+	raw, ok := splitHistory(b, id)
 	if !ok {
-		return nil, nil
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		if m == nil {
+			return nil, errors.New("history is not an object")
+		}
+		if raw, ok = m[id]; !ok {
+			return nil, nil
+		}
 	}
 	e, err := decodeHistoryEntry(id, raw, full)
 	if err != nil {
 		return nil, fmt.Errorf("entry %q: %w", id, err)
 	}
 	return e, nil
+}
+
+// splitHistory finds the entry of prompt id in a /history/{id} answer
+// written as the server writes it, {"id": entry} (Python's json.dumps),
+// without decoding or copying the answer; ok is false for any other form
+// ({}, more than one entry, an id that JSON would escape), which
+// historyEntryOf decodes in full. What it returns aliases b.
+func splitHistory(b []byte, id string) (entry []byte, ok bool) {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return nil, false
+		}
+	}
+	rest, found := bytes.CutPrefix(b, []byte(`{"`))
+	if !found {
+		return nil, false
+	}
+	if len(rest) < len(id) || string(rest[:len(id)]) != id {
+		return nil, false
+	}
+	// The key ends here: id has no quote or escape, so the key is id.
+	if rest, found = bytes.CutPrefix(rest[len(id):], []byte(`": `)); !found {
+		return nil, false
+	}
+	rest = bytes.TrimRight(rest, " \t\r\n")
+	if len(rest) == 0 || rest[len(rest)-1] != '}' {
+		return nil, false
+	}
+	entry = bytes.TrimSpace(rest[:len(rest)-1])
+	if !json.Valid(entry) { // a second entry after it, say
+		return nil, false
+	}
+	return entry, true
 }
 
 // HistoryList returns history entries oldest first (GET /history).
