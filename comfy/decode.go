@@ -59,22 +59,26 @@ func splitEnvelope(b []byte) (typ string, data []byte, ok bool) {
 		return "", nil, false
 	}
 	name, rest, found := bytes.Cut(rest, []byte(`"`))
-	if !found || bytes.IndexByte(name, '\\') >= 0 { // an escape: decode in full
+	if !found || !plainText(name) { // an escape, say: decode in full
 		return "", nil, false
 	}
 	if rest, found = bytes.CutPrefix(rest, []byte(mid)); !found {
 		return "", nil, false
 	}
-	rest = bytes.TrimRight(rest, " \t\r\n")
+	rest = bytes.TrimRight(rest, jsonSpace)
 	if len(rest) == 0 || rest[len(rest)-1] != '}' {
 		return "", nil, false
 	}
-	data = bytes.TrimSpace(rest[:len(rest)-1])
+	data = bytes.Trim(rest[:len(rest)-1], jsonSpace)
 	if !json.Valid(data) { // more keys after data, say
 		return "", nil, false
 	}
 	return string(name), data, true
 }
+
+// jsonSpace is the whitespace JSON allows between tokens (bytes.TrimSpace
+// trims more: a form feed, say, which makes the text invalid JSON).
+const jsonSpace = " \t\r\n"
 
 // decodeTyped decodes the data of a message of the given type. It is shared
 // by DecodeMessage and the history decoder ([name, data] pairs).

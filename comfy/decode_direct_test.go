@@ -160,6 +160,8 @@ var historyAnswerCases = []struct{ answer, id string }{
 	{`{"p1": {"outputs": {}}} {}`, "p1"},
 	{`{"p1": {"outputs": {}}`, "p1"},
 	{`{"p1": }`, "p1"},
+	{"{\"p1\": \f{}}", "p1"},
+	{"{\"p1\": {}\u00a0}", "p1"},
 	{`[]`, "p1"},
 	{`null`, "p1"},
 }
@@ -196,4 +198,46 @@ func FuzzHistoryEntryOf(f *testing.F) {
 		f.Add([]byte(tc.answer), tc.id, true)
 	}
 	f.Fuzz(checkHistoryEntryOf)
+}
+
+// checkFastPath: DecodeMessage decodes a frame as the full decoder does,
+// or fails where it fails.
+func checkFastPath(t *testing.T, frame []byte) {
+	t.Helper()
+	got, err := DecodeMessage(frame)
+	want, wantErr := decodeEnvelope(frame)
+	if wantErr != nil {
+		assert.Error(t, err, "%q", frame)
+		return
+	}
+	require.NoError(t, err, "%q", frame)
+	assert.Equal(t, want, got, "%q", frame)
+}
+
+// TestDecodeMessageFastPathAgrees: every frame of the real server's
+// transcripts, and type names JSON would not leave as they are, decode
+// as the full decoder decodes them.
+func TestDecodeMessageFastPathAgrees(t *testing.T) {
+	for _, frame := range realFrames(t) {
+		checkFastPath(t, frame)
+	}
+	for _, frame := range fastPathCases {
+		checkFastPath(t, []byte(frame))
+	}
+}
+
+var fastPathCases = []string{
+	"{\"type\": \"a\tb\", \"data\": {}}",
+	"{\"type\": \"\xff\", \"data\": {}}",
+	"{\"type\": \"caf\xc3\xa9\", \"data\": {}}",
+	`{"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 2}}}}`,
+	"{\"type\": \"\", \"data\": \f0}",
+	"{\"type\": \"x\", \"data\": {}\v}",
+}
+
+func FuzzDecodeMessageFastPath(f *testing.F) {
+	for _, s := range append(goldenSeeds, fastPathCases...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkFastPath)
 }

@@ -225,13 +225,8 @@ func historyEntryOf(b []byte, id string, full bool) (*HistoryEntry, error) {
 // ({}, more than one entry, an id that JSON would escape), which
 // historyEntryOf decodes in full. What it returns aliases b.
 func splitHistory(b []byte, id string) (entry []byte, ok bool) {
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return nil, false
-		}
-	}
 	rest, found := bytes.CutPrefix(b, []byte(`{"`))
-	if !found {
+	if !found || !plainText(id) {
 		return nil, false
 	}
 	if len(rest) < len(id) || string(rest[:len(id)]) != id {
@@ -241,11 +236,11 @@ func splitHistory(b []byte, id string) (entry []byte, ok bool) {
 	if rest, found = bytes.CutPrefix(rest[len(id):], []byte(`": `)); !found {
 		return nil, false
 	}
-	rest = bytes.TrimRight(rest, " \t\r\n")
+	rest = bytes.TrimRight(rest, jsonSpace)
 	if len(rest) == 0 || rest[len(rest)-1] != '}' {
 		return nil, false
 	}
-	entry = bytes.TrimSpace(rest[:len(rest)-1])
+	entry = bytes.Trim(rest[:len(rest)-1], jsonSpace)
 	if !json.Valid(entry) { // a second entry after it, say
 		return nil, false
 	}

@@ -43,11 +43,14 @@ func (s *lstr) UnmarshalJSON(b []byte) error {
 // plainASCII reports whether the JSON string literal b holds only printable
 // ASCII without escapes, so that its text is b without the quotes.
 func plainASCII(b []byte) bool {
-	if len(b) < 2 || b[len(b)-1] != '"' {
-		return false
-	}
-	for _, c := range b[1 : len(b)-1] {
-		if c < 0x20 || c >= 0x80 || c == '\\' || c == '"' {
+	return len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainText(b[1:len(b)-1])
+}
+
+// plainText reports whether s is printable ASCII without quotes or
+// backslashes: text that JSON writes as it is, between quotes.
+func plainText[T string | []byte](s T) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '\\' || c == '"' {
 			return false
 		}
 	}
