@@ -53,27 +53,38 @@ func decodeEnvelope(data []byte) (Message, error) {
 // "data": ...}), without decoding or copying it; ok is false for any other
 // form, which DecodeMessage decodes in full. What it returns aliases b.
 func splitEnvelope(b []byte) (typ string, data []byte, ok bool) {
-	const head, mid = `{"type": "`, `, "data": `
+	return splitNamed(b, `{"type": "`, `, "data": `, '}')
+}
+
+// splitPair is splitEnvelope for a history status message, ["name",
+// data].
+func splitPair(b []byte) (name string, data []byte, ok bool) {
+	return splitNamed(b, `["`, `, `, ']')
+}
+
+// splitNamed reads b as head, a name that JSON writes as it is (no
+// escape), a closing quote, mid, one JSON value and end: the data.
+func splitNamed(b []byte, head, mid string, end byte) (name string, data []byte, ok bool) {
 	rest, found := bytes.CutPrefix(b, []byte(head))
 	if !found {
 		return "", nil, false
 	}
-	name, rest, found := bytes.Cut(rest, []byte(`"`))
-	if !found || !plainText(name) { // an escape, say: decode in full
+	n, rest, found := bytes.Cut(rest, []byte(`"`))
+	if !found || !plainText(n) { // an escape, say: decode in full
 		return "", nil, false
 	}
 	if rest, found = bytes.CutPrefix(rest, []byte(mid)); !found {
 		return "", nil, false
 	}
 	rest = bytes.TrimRight(rest, jsonSpace)
-	if len(rest) == 0 || rest[len(rest)-1] != '}' {
+	if len(rest) == 0 || rest[len(rest)-1] != end {
 		return "", nil, false
 	}
 	data = bytes.Trim(rest[:len(rest)-1], jsonSpace)
-	if !json.Valid(data) { // more keys after data, say
+	if !json.Valid(data) { // more keys or elements after data, say
 		return "", nil, false
 	}
-	return string(name), data, true
+	return string(n), data, true
 }
 
 // jsonSpace is the whitespace JSON allows between tokens (bytes.TrimSpace

@@ -241,3 +241,84 @@ func FuzzDecodeMessageFastPath(f *testing.F) {
 	}
 	f.Fuzz(checkFastPath)
 }
+
+// statusMessageFull is decodeStatusMessage as it was before splitPair:
+// the pair decoded as a list.
+func statusMessageFull(pair json.RawMessage) (Message, bool) {
+	var p []json.RawMessage
+	if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+		return nil, false
+	}
+	var name string
+	if json.Unmarshal(p[0], &name) != nil {
+		return nil, false
+	}
+	var data json.RawMessage
+	if len(p) > 1 {
+		data = p[1]
+	}
+	m, err := decodeTyped(name, data)
+	if err != nil {
+		return nil, false
+	}
+	return m, true
+}
+
+var statusPairCases = []string{
+	`["execution_start", {"prompt_id": "p", "timestamp": 1}]`,
+	`["execution_start",{"prompt_id":"p"}]`,
+	`["execution_success", {"prompt_id": "p"}, 5]`,
+	`["execution_cached", null]`,
+	`["execution_cached", 5]`,
+	`["execution_error", {"node_id": 3, "traceback": "x"}]`,
+	`["execution_start"]`,
+	`[5, {}]`,
+	`["\u0065xecution_start", {"prompt_id": "p"}]`,
+	"[\"a\tb\", {}]",
+	"[\"\xff\", {}]",
+	"[\"execution_start\", \f{}]",
+	`["execution_start", {}] `,
+	`{"execution_start": {}}`,
+}
+
+// TestStatusMessagePair: every status message of the real server's
+// history answers is read in place, and whatever the pair,
+// decodeStatusMessage decodes it as the full decode of the list does.
+func TestStatusMessagePair(t *testing.T) {
+	n := 0
+	for _, answer := range []string{goldenHistoryOK, goldenHistoryError, goldenHistoryIntr} {
+		var h map[string]struct {
+			Status struct {
+				Messages []json.RawMessage `json:"messages"`
+			} `json:"status"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(answer), &h))
+		for _, e := range h {
+			for _, pair := range e.Status.Messages {
+				_, _, ok := splitPair(pair)
+				assert.True(t, ok, "%s", pair)
+				checkStatusPair(t, pair)
+				n++
+			}
+		}
+	}
+	assert.Equal(t, 8, n)
+	for _, pair := range statusPairCases {
+		checkStatusPair(t, []byte(pair))
+	}
+}
+
+func checkStatusPair(t *testing.T, pair []byte) {
+	t.Helper()
+	got, ok := decodeStatusMessage(pair)
+	want, wantOK := statusMessageFull(pair)
+	require.Equal(t, wantOK, ok, "%q", pair)
+	assert.Equal(t, want, got, "%q", pair)
+}
+
+func FuzzStatusMessagePair(f *testing.F) {
+	for _, pair := range statusPairCases {
+		f.Add([]byte(pair))
+	}
+	f.Fuzz(checkStatusPair)
+}

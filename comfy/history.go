@@ -397,17 +397,18 @@ func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error)
 // decodeStatusMessage decodes one [event name, data] pair of a history
 // status; ok is false for a pair of another shape.
 func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
-	var p []json.RawMessage
-	if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
-		return nil, false
-	}
-	var name string
-	if json.Unmarshal(p[0], &name) != nil {
-		return nil, false
-	}
-	var data json.RawMessage
-	if len(p) > 1 {
-		data = p[1]
+	name, data, ok := splitPair(pair)
+	if !ok { // not as the server writes it: decode it in full
+		var p []json.RawMessage
+		if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+			return nil, false
+		}
+		if json.Unmarshal(p[0], &name) != nil {
+			return nil, false
+		}
+		if len(p) > 1 {
+			data = p[1]
+		}
 	}
 	m, err := decodeTyped(name, data)
 	if err != nil {
