@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -217,62 +217,90 @@ func pyJSON(v any) []byte {
 // decodeOrdered parses JSON keeping object key order: objects become omap,
 // numbers json.Number, arrays []any.
 func decodeOrdered(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec)
-	if err != nil {
-		return nil, err
+	if !json.Valid(data) {
+		return nil, errors.New("comfytest: not a JSON value")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("comfytest: trailing data after JSON value")
-	}
+	v, _ := orderedValue(data)
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			m := omap{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, _ := kt.(string)
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				m.set(k, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return m, nil
-		case '[':
-			a := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return a, nil
+// orderedValue decodes the first value of b, which is valid JSON (it walks
+// the text without checking it), and returns the text after it. Strings
+// without escapes or non-ASCII bytes are taken as they are; other strings
+// are unquoted by encoding/json. Through json.Decoder's tokens, every
+// string and number cost a decoder of its own.
+func orderedValue(b []byte) (any, []byte) {
+	b = skipSpace(b)
+	switch b[0] {
+	case '{':
+		m := omap{}
+		b = skipSpace(b[1:])
+		if b[0] == '}' {
+			return m, b[1:]
 		}
-		return nil, fmt.Errorf("comfytest: unexpected delimiter %v", t)
-	default:
-		return tok, nil
+		for {
+			k, rest := orderedValue(b)
+			v, rest := orderedValue(skipSpace(rest)[1:]) // after the ':'
+			m.set(k.(string), v)
+			b = skipSpace(rest)
+			if b[0] == '}' {
+				return m, b[1:]
+			}
+			b = b[1:] // ','
+		}
+	case '[':
+		a := []any{}
+		b = skipSpace(b[1:])
+		if b[0] == ']' {
+			return a, b[1:]
+		}
+		for {
+			v, rest := orderedValue(b)
+			a = append(a, v)
+			b = skipSpace(rest)
+			if b[0] == ']' {
+				return a, b[1:]
+			}
+			b = b[1:] // ','
+		}
+	case '"':
+		plain := true
+		i := 1
+		for ; b[i] != '"'; i++ {
+			switch c := b[i]; {
+			case c == '\\':
+				plain = false
+				i++ // the escaped character, maybe a quote
+			case c >= 0x80:
+				plain = false
+			}
+		}
+		if plain {
+			return string(b[1:i]), b[i+1:]
+		}
+		var s string
+		_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
+		return s, b[i+1:]
+	case 't':
+		return true, b[len("true"):]
+	case 'f':
+		return false, b[len("false"):]
+	case 'n':
+		return nil, b[len("null"):]
 	}
+	i := 0
+	for i < len(b) && strings.IndexByte("+-.0123456789eE", b[i]) >= 0 {
+		i++
+	}
+	return json.Number(b[:i]), b[i:]
+}
+
+// skipSpace drops the whitespace JSON allows before a token.
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
 }
 
 // deepCopy copies an ordered JSON value.

@@ -3,6 +3,9 @@ package comfytest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"testing"
 
@@ -49,10 +52,8 @@ func refJSON(t *testing.T, v any) []byte {
 	return b.Bytes()
 }
 
-// TestAppendJSONMatchesEncodingJSON: the fake's direct encoder writes
-// every value as encoding/json (without HTML escaping) does.
-func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
-	t.Parallel()
+// wireValues are values of every kind the fake encodes, alone and nested.
+func wireValues() []any {
 	strs := []string{"", "plain", `quo"te`, `back\slash`, "new\nline", "tab\t", "\x00\x1f", "<html>&", "é ünïcode", "\u2028\u2029", "emoji 😀", "bad \xff utf8", "/slash"}
 	var vals []any
 	for _, s := range strs {
@@ -66,11 +67,126 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	for i, v := range vals {
 		nested = append(nested, kv{strs[i%len(strs)], v})
 	}
-	vals = append(vals, nested, []any{nested, []any{nested}}, omap{{"data", omap{{"inner", nested}}}})
-	for _, v := range vals {
+	return append(vals, nested, []any{nested, []any{nested}}, omap{{"data", omap{{"inner", nested}}}})
+}
+
+// TestAppendJSONMatchesEncodingJSON: the fake's direct encoder writes
+// every value as encoding/json (without HTML escaping) does.
+func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, v := range wireValues() {
 		got, err := appendJSON(nil, v)
 		require.NoError(t, err)
 		assert.Equal(t, string(refJSON(t, v)), string(got), "%#v", v)
 		assert.True(t, json.Valid(got), "%s", got)
 	}
+}
+
+// decodeOrderedTokens is decodeOrdered as it was before orderedValue:
+// json.Decoder's tokens.
+func decodeOrderedTokens(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeTokens(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("comfytest: trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeTokens(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			m := omap{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := decodeTokens(dec)
+				if err != nil {
+					return nil, err
+				}
+				m.set(k, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return m, nil
+		case '[':
+			a := []any{}
+			for dec.More() {
+				v, err := decodeTokens(dec)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return a, nil
+		}
+		return nil, fmt.Errorf("comfytest: unexpected delimiter %v", t)
+	default:
+		return tok, nil
+	}
+}
+
+// orderedCases are JSON texts of every shape a POST body may have.
+func orderedCases() [][]byte {
+	out := [][]byte{
+		[]byte(`{"prompt": {"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 3}}, "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "j3"}}}, "client_id": "abc", "prompt_id": "p", "extra_data": {"job": "x"}}`),
+		[]byte(` { "b" : 1 , "a" : [ ] , "c" : { } , "b" : 2 } ` + "\n\t\r"),
+		[]byte(`{"s": "a\"b\\c\u00e9\ud83d\ude00\n", "n": -1.5e+10, "z": 0, "t": true, "f": false, "x": null, "e": "é ünï", "big": 12345678901234567890}`),
+		[]byte("\"bad \xff utf8\""),
+		[]byte(`[1, [2, [3, {"k": [4]}]], "x"]`),
+		[]byte(`"\u0000\/"`), []byte(`12.50`), []byte(`true`), []byte(`null`),
+		[]byte(`{"a": 1} {}`), []byte(`{"a": }`), []byte(``), []byte(`  `), []byte(`{"a": 1`), []byte(`[1,]`), []byte(`01`), []byte("\f{}"),
+	}
+	for _, v := range wireValues() {
+		b, err := appendJSON(nil, v)
+		if err == nil {
+			out = append(out, b, pyJSON(v))
+		}
+	}
+	return out
+}
+
+// TestDecodeOrderedMatchesTokens: orderedValue decodes what json.Decoder's
+// tokens decoded, and refuses what they refused.
+func TestDecodeOrderedMatchesTokens(t *testing.T) {
+	t.Parallel()
+	for _, data := range orderedCases() {
+		checkDecodeOrdered(t, data)
+	}
+}
+
+func checkDecodeOrdered(t *testing.T, data []byte) {
+	t.Helper()
+	got, err := decodeOrdered(data)
+	want, wantErr := decodeOrderedTokens(data)
+	if wantErr != nil {
+		assert.Error(t, err, "%q", data)
+		return
+	}
+	require.NoError(t, err, "%q", data)
+	assert.Equal(t, want, got, "%q", data)
+}
+
+func FuzzDecodeOrdered(f *testing.F) {
+	for _, data := range orderedCases() {
+		f.Add(data)
+	}
+	f.Fuzz(checkDecodeOrdered)
 }
