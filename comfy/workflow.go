@@ -36,6 +36,14 @@ type NodeMeta struct {
 // JSON object of nodes, a node that is not an object or has no class_type,
 // inputs that are not an object, and a UI-format workflow.
 func ParseWorkflow(data []byte) (Workflow, error) {
+	if w, ok := parseWorkflowDirect(data); ok {
+		return w, nil
+	}
+	return parseWorkflowNodes(data)
+}
+
+// parseWorkflowNodes is ParseWorkflow node by node, for every shape.
+func parseWorkflowNodes(data []byte) (Workflow, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -93,6 +101,56 @@ func ParseWorkflow(data []byte) (Workflow, error) {
 		w[id] = node
 	}
 	return w, nil
+}
+
+// parseWorkflowDirect is ParseWorkflow for a well-formed workflow, in one
+// decoder: each node decodes into a map, whose class_type and inputs
+// become the Node (node by node, the inputs took a decoder each). A
+// node's _meta is decoded from its text, as parseWorkflowNodes does:
+// encoding/json matches title without regard to case, and which of two
+// spellings wins depends on their order, which a map loses. ok is false
+// for anything else (an error to report, say), which parseWorkflowNodes
+// decodes; where both succeed they agree (TestParseWorkflowDirect).
+func parseWorkflowDirect(data []byte) (Workflow, bool) {
+	var nodes map[string]map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if dec.Decode(&nodes) != nil || dec.More() || len(nodes) == 0 {
+		return nil, false
+	}
+	if _, ok := nodes["nodes"]; ok {
+		if _, ok := nodes["links"]; ok {
+			return nil, false // UI format
+		}
+	}
+	w := make(Workflow, len(nodes))
+	var metas map[string]map[string]json.RawMessage // the nodes' text, for _meta
+	for id, fields := range nodes {
+		classType, _ := fields["class_type"].(string)
+		if fields == nil || classType == "" {
+			return nil, false
+		}
+		node := Node{ClassType: classType}
+		switch in := fields["inputs"].(type) {
+		case nil:
+			node.Inputs = map[string]any{}
+		case map[string]any:
+			node.Inputs = in
+		default:
+			return nil, false
+		}
+		if fields["_meta"] != nil {
+			if metas == nil && json.Unmarshal(data, &metas) != nil {
+				return nil, false
+			}
+			node.Meta = new(NodeMeta)
+			if json.Unmarshal(metas[id]["_meta"], node.Meta) != nil {
+				return nil, false
+			}
+		}
+		w[id] = node
+	}
+	return w, true
 }
 
 // Clone returns a deep copy of w: nodes, inputs maps and the JSON values
