@@ -142,22 +142,10 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 func decodeKnown(typ string, data []byte) (Message, error) {
 	switch typ {
 	case TypeStatus:
-		var w struct {
-			Status lobj[struct {
-				ExecInfo lobj[struct {
-					QueueRemaining json.RawMessage `json:"queue_remaining"`
-				}] `json:"exec_info"`
-			}] `json:"status"`
-			SID lstr `json:"sid"`
+		if m, ok := statusInPlace(data); ok {
+			return m, nil
 		}
-		if err := unmarshalData(data, &w); err != nil {
-			return nil, err
-		}
-		n, ok := parseInt(w.Status.v.ExecInfo.v.QueueRemaining)
-		if !ok || n < 0 || n > math.MaxInt32 {
-			return &Status{SID: string(w.SID), noQueue: true}, nil
-		}
-		return &Status{QueueRemaining: int(n), SID: string(w.SID)}, nil
+		return decodeStatusLenient(data)
 	case TypeExecutionStart:
 		var w struct {
 			PromptID  lstr `json:"prompt_id"`
@@ -266,6 +254,59 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 		return &FeatureFlags{Flags: flags}, nil
 	}
 	return &Unknown{Type: typ, Data: bytes.Clone(data)}, nil
+}
+
+// statusInPlace reads status data written as the server writes it,
+// {"status": {"exec_info": {"queue_remaining": N}}}, with "sid": "id"
+// after it on connect, without a decoder: three per prompt, each of
+// which took one per nested object. ok is false for any other form, which
+// decodeStatusLenient reads; where both succeed they agree
+// (TestStatusInPlace).
+func statusInPlace(data []byte) (*Status, bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"status": {"exec_info": {"queue_remaining": `))
+	if !ok {
+		return nil, false
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 9 || i > 1 && rest[0] == '0' { // not a JSON integer, or maybe beyond an int32
+		return nil, false
+	}
+	n, _ := strconv.Atoi(string(rest[:i]))
+	rest = rest[i:]
+	if string(rest) == "}}}" {
+		return &Status{QueueRemaining: n}, true
+	}
+	sid, ok := bytes.CutPrefix(rest, []byte(`}}, "sid": "`))
+	if !ok {
+		return nil, false
+	}
+	if sid, ok = bytes.CutSuffix(sid, []byte(`"}`)); !ok || !plainText(sid) {
+		return nil, false
+	}
+	return &Status{QueueRemaining: n, SID: string(sid)}, true
+}
+
+// decodeStatusLenient decodes status data of any shape (see lenient.go).
+func decodeStatusLenient(data []byte) (*Status, error) {
+	var w struct {
+		Status lobj[struct {
+			ExecInfo lobj[struct {
+				QueueRemaining json.RawMessage `json:"queue_remaining"`
+			}] `json:"exec_info"`
+		}] `json:"status"`
+		SID lstr `json:"sid"`
+	}
+	if err := unmarshalData(data, &w); err != nil {
+		return nil, err
+	}
+	n, ok := parseInt(w.Status.v.ExecInfo.v.QueueRemaining)
+	if !ok || n < 0 || n > math.MaxInt32 {
+		return &Status{SID: string(w.SID), noQueue: true}, nil
+	}
+	return &Status{QueueRemaining: int(n), SID: string(w.SID)}, nil
 }
 
 // decodeProgressStateDirect decodes progress_state data as the server

@@ -322,3 +322,70 @@ func FuzzStatusMessagePair(f *testing.F) {
 	}
 	f.Fuzz(checkStatusPair)
 }
+
+// statusCases are status data of shapes statusInPlace must either read
+// as decodeStatusLenient does or leave to it.
+var statusCases = []string{
+	`{"status": {"exec_info": {"queue_remaining": 0}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 123456789}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2147483647}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2147483648}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 01}}}`,
+	`{"status": {"exec_info": {"queue_remaining": -1}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 1.0}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 1e2}}}`,
+	`{"status": {"exec_info": {"queue_remaining": "2"}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": "abc"}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": ""}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": null}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": "a\"b"}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": "a"}, "x": "b"}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}, "sid": "a", "sid": "b"}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}, "exec_info": {}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}}, "status": {}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}}}`,
+	`{"status": {"exec_info": {"queue_remaining": 2}}} `,
+	"{\"status\": {\"exec_info\": {\"queue_remaining\": 2}}, \"sid\": \"caf\xc3\xa9\"}",
+	`{"status": {"exec_info": {}}}`,
+	`{"status": {}}`,
+	`{}`,
+}
+
+// TestStatusInPlace: every status message of the real server's
+// transcripts is read in place, and whatever statusInPlace reads, it
+// reads as the lenient decoder does.
+func TestStatusInPlace(t *testing.T) {
+	n := 0
+	for _, frame := range append(realFrames(t), []byte(goldenStatus), []byte(goldenStatusSID)) {
+		typ, data := messageData(t, frame)
+		if typ != TypeStatus {
+			continue
+		}
+		n++
+		_, ok := statusInPlace(data)
+		assert.True(t, ok, "%s", frame)
+		checkStatusInPlace(t, data)
+	}
+	assert.Greater(t, n, 10)
+	for _, data := range statusCases {
+		checkStatusInPlace(t, []byte(data))
+	}
+}
+
+func checkStatusInPlace(t *testing.T, data []byte) {
+	t.Helper()
+	got, ok := statusInPlace(data)
+	if !ok {
+		return
+	}
+	want, err := decodeStatusLenient(data)
+	require.NoError(t, err, "%q", data)
+	assert.Equal(t, want, got, "%q", data)
+}
+
+func FuzzStatusInPlace(f *testing.F) {
+	for _, data := range statusCases {
+		f.Add([]byte(data))
+	}
+	f.Fuzz(checkStatusInPlace)
+}
