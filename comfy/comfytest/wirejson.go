@@ -169,7 +169,9 @@ func marshalRaw(v any) ([]byte, error) {
 // pyJSON encodes v the way Python's json.dumps does by default: ", " and
 // ": " separators and non-ASCII characters escaped as \uXXXX.
 func pyJSON(v any) []byte {
-	raw, err := appendJSON(make([]byte, 0, 512), v)
+	// raw stays on the stack unless v's JSON outgrows it: a history entry
+	// or a progress_state of a few nodes outgrew 512 bytes.
+	raw, err := appendJSON(make([]byte, 0, 4096), v)
 	if err != nil {
 		// Only values built by this package are encoded; this cannot happen
 		// for them, but never panic on a user's UI value.
