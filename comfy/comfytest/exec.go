@@ -250,11 +250,8 @@ func (r *run) sendProgressStateLocked() {
 	if r.s.opts.Dialect.NoProgressState {
 		return
 	}
-	nodes := make(omap, len(r.progress))
-	for i, e := range r.progress {
-		nodes[i] = kv{e.K, append(omap(nil), e.V.(omap)...)}
-	}
-	r.s.sendLocked(r.t.clientID, r.t.hasClient, "progress_state", omap{{"prompt_id", r.t.id}, {"nodes", nodes}})
+	// sendLocked encodes the message at once: the progress needs no copy.
+	r.s.sendLocked(r.t.clientID, r.t.hasClient, "progress_state", omap{{"prompt_id", r.t.id}, {"nodes", r.progress}})
 }
 
 func (r *run) setProgress(id string, value, maxv any, state string) {
