@@ -621,7 +621,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.wg.Add(1)
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone()})
+	// The header is kept as it is: neither net/http nor a handler changes
+	// a request's header once it arrived, and Requests hands out clones.
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header})
 	lat, hold := s.latency, s.answerDelay
 	route := normRoute(r.URL.Path)
 	if !isWSRoute(route) {
