@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
@@ -71,6 +72,10 @@ func (c *wsConn) wantsPreviewMeta() bool {
 
 // writer sends queued frames until the connection ends.
 func (c *wsConn) writer() {
+	// A write ends when the connection closes (Close, dropSockets and
+	// handleWS close it), not with a context: one that is never done
+	// spares coder/websocket a context.AfterFunc per frame.
+	ctx := context.WithoutCancel(c.s.ctx)
 	for {
 		select {
 		case <-c.signal:
@@ -95,7 +100,7 @@ func (c *wsConn) writer() {
 			if f.binary {
 				typ = websocket.MessageBinary
 			}
-			if err := c.c.Write(c.s.ctx, typ, f.data); err != nil {
+			if err := c.c.Write(ctx, typ, f.data); err != nil {
 				c.c.CloseNow()
 				return
 			}
