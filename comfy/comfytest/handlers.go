@@ -263,9 +263,7 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := ReceivedPrompt{Received: received}
-	if pv, ok := body.get("prompt"); ok {
-		rec.Prompt = rawField(raw, "prompt", pv)
-	}
+	rec.Prompt, _ = rawMember(raw, "prompt")
 	// prompt_id
 	var promptID string
 	if v, ok := body.get("prompt_id"); ok && v != nil && !s.opts.Dialect.IgnorePromptID {
@@ -306,10 +304,12 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	rec.Number = number
 
+	// The body was decoded for this request alone: its values are taken
+	// as they are, not copied.
 	extra := omap{}
 	if ev, ok := body.get("extra_data"); ok {
 		if m, ok := ev.(omap); ok {
-			extra = deepCopy(m).(omap)
+			extra = m
 		}
 	}
 	cid, hasCID := body.get("client_id")
@@ -341,7 +341,6 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 			partial = append(partial, pyStr(x))
 		}
 	}
-	prompt = deepCopy(prompt).(omap)
 	nodes := s.registry()
 	apiErr, good, nodeErrors := s.validatePrompt(nodes, prompt, partial)
 	if apiErr != nil {
@@ -376,17 +375,6 @@ func (s *Server) recordPrompt(rec ReceivedPrompt, id string, status int) {
 }
 
 // rawField re-extracts the raw JSON of a top-level field.
-func rawField(raw []byte, key string, parsed any) json.RawMessage {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) == nil {
-		if v, ok := m[key]; ok {
-			return append(json.RawMessage(nil), v...)
-		}
-	}
-	b, _ := json.Marshal(parsed)
-	return b
-}
-
 func (t *task) item() []any {
 	return []any{t.numJSON, t.id, t.prompt, stripSecrets(t.extra), stringsAny(t.outputs)}
 }

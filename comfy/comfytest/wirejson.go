@@ -297,32 +297,70 @@ func orderedValue(b []byte) (any, []byte) {
 	return json.Number(b[:i]), b[i:]
 }
 
+// rawMember returns a copy of the text of member key of the JSON object
+// obj (valid JSON): the last one when the key repeats, as decoding obj
+// into a map finds it. ok is false when obj is not an object or has no
+// such member.
+func rawMember(obj []byte, key string) (raw json.RawMessage, ok bool) {
+	b := skipSpace(obj)
+	if b[0] != '{' {
+		return nil, false
+	}
+	b = skipSpace(b[1:])
+	for b[0] != '}' {
+		k, rest := orderedValue(b) // keys are strings, unescaped as a map's are
+		val := skipSpace(skipSpace(rest)[1:])
+		rest = skipValue(val)
+		if k == key {
+			raw, ok = val[:len(val)-len(rest)], true
+		}
+		if b = skipSpace(rest); b[0] == ',' {
+			b = skipSpace(b[1:])
+		}
+	}
+	return bytes.Clone(raw), ok
+}
+
+// skipValue returns b after its first value (b starts with it; it is
+// valid JSON).
+func skipValue(b []byte) []byte {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++ // the escaped character, maybe a quote
+				}
+			}
+		case '{', '[':
+			depth++
+			continue
+		case '}', ']':
+			depth--
+		default:
+			if depth > 0 {
+				continue
+			}
+			j := i // a number or a literal
+			for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
+				j++
+			}
+			return b[j:]
+		}
+		if depth == 0 {
+			return b[i+1:]
+		}
+	}
+	return nil
+}
+
 // skipSpace drops the whitespace JSON allows before a token.
 func skipSpace(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
 		b = b[1:]
 	}
 	return b
-}
-
-// deepCopy copies an ordered JSON value.
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case omap:
-		m := make(omap, len(t))
-		for i, e := range t {
-			m[i] = kv{e.K, deepCopy(e.V)}
-		}
-		return m
-	case []any:
-		a := make([]any, len(t))
-		for i, e := range t {
-			a[i] = deepCopy(e)
-		}
-		return a
-	default:
-		return v
-	}
 }
 
 // toPlain converts an ordered value into plain Go maps/slices (for

@@ -190,3 +190,43 @@ func FuzzDecodeOrdered(f *testing.F) {
 	}
 	f.Fuzz(checkDecodeOrdered)
 }
+
+// TestRawMember: rawMember finds the text a map decode of the object
+// finds, for every member of objects of every shape.
+func TestRawMember(t *testing.T) {
+	t.Parallel()
+	cases := append(orderedCases(), []byte(`{"prompt": 1, "pr\u006fmpt": [1, {"a": "}"}], "x": "\"", "y": -1.5e3 , "z" :true}`), []byte(`{}`), []byte(` { } `))
+	for _, data := range cases {
+		checkRawMember(t, data, "prompt")
+		var m map[string]json.RawMessage
+		if json.Unmarshal(data, &m) == nil {
+			for k := range m {
+				checkRawMember(t, data, k)
+			}
+		}
+	}
+}
+
+func checkRawMember(t *testing.T, data []byte, key string) {
+	t.Helper()
+	if !json.Valid(data) {
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
+		_, ok := rawMember(data, key)
+		assert.False(t, ok, "%q is not an object", data)
+		return
+	}
+	want, wantOK := m[key]
+	got, ok := rawMember(data, key)
+	assert.Equal(t, wantOK, ok, "%q", data)
+	assert.Equal(t, string(want), string(got), "%q", data)
+}
+
+func FuzzRawMember(f *testing.F) {
+	for _, data := range orderedCases() {
+		f.Add(data, "prompt")
+	}
+	f.Fuzz(checkRawMember)
+}
