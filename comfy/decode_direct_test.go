@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -388,4 +389,78 @@ func FuzzStatusInPlace(f *testing.F) {
 		f.Add([]byte(data))
 	}
 	f.Fuzz(checkStatusInPlace)
+}
+
+// filesItemByItem is Output.Files as it was before fileRecords: every
+// item of every kind decoded on its own.
+func filesItemByItem(o Output) []FileRef {
+	kinds := make([]string, 0, len(o))
+	for k := range o {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	var out []FileRef
+	for _, k := range kinds {
+		var items []json.RawMessage
+		if json.Unmarshal(o[k], &items) != nil {
+			continue
+		}
+		for _, it := range items {
+			var f struct {
+				Filename  *string `json:"filename"`
+				Subfolder any     `json:"subfolder"`
+				Type      any     `json:"type"`
+			}
+			if json.Unmarshal(it, &f) != nil || f.Filename == nil {
+				continue
+			}
+			sub, _ := f.Subfolder.(string)
+			typ, _ := f.Type.(string)
+			out = append(out, FileRef{Filename: *f.Filename, Subfolder: sub, Type: typ})
+		}
+	}
+	return out
+}
+
+var outputKindCases = []string{
+	`[{"filename": "a.png", "subfolder": "", "type": "output"}, {"filename": "b.png", "subfolder": "x", "type": "temp"}]`,
+	`[false]`, `["hello"]`, `[]`, `null`, `5`, `{"filename": "a.png"}`,
+	`[{"filename": "a.png", "subfolder": 5, "type": null}, null, {"filename": null}, {"type": "output"}]`,
+	`[{"filename": "a.png"}, "x", {"filename": "b.png"}, {"filename": 7}, {"FILENAME": "c.png", "Type": "t"}]`,
+	`[{"filename": "a.png", "filename": "b.png", "subfolder": "s", "subfolder": null}]`,
+	`[{"filename": "a\u00e9\n.png", "subfolder": [1], "type": {"x": 1}, "format": "image/gif"}]`,
+}
+
+// TestFileRecords: an output's files are those the item-by-item decode
+// found, for the outputs of the real server's history and odd lists.
+func TestFileRecords(t *testing.T) {
+	var outputs []Output
+	for _, answer := range []string{goldenHistoryOK, oldHistory} {
+		entries, err := decodeHistory([]byte(answer), true)
+		require.NoError(t, err)
+		for _, e := range entries {
+			for _, o := range e.Outputs {
+				outputs = append(outputs, o)
+			}
+		}
+	}
+	for i, kind := range outputKindCases {
+		outputs = append(outputs, Output{"images": json.RawMessage(kind), "gifs": json.RawMessage(outputKindCases[len(outputKindCases)-1-i])})
+	}
+	for _, o := range outputs {
+		assert.Equal(t, filesItemByItem(o), o.Files(), "%s", o)
+	}
+}
+
+func FuzzFileRecords(f *testing.F) {
+	for _, kind := range outputKindCases {
+		f.Add([]byte(kind))
+	}
+	f.Fuzz(func(t *testing.T, kind []byte) {
+		if !json.Valid(kind) {
+			return // a RawMessage the decoder kept is valid
+		}
+		o := Output{"images": kind}
+		assert.Equal(t, filesItemByItem(o), o.Files(), "%q", kind)
+	})
 }

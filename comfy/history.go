@@ -119,22 +119,43 @@ func (o Output) Files() []FileRef {
 	sort.Strings(kinds)
 	var out []FileRef
 	for _, k := range kinds {
-		var items []json.RawMessage
-		if json.Unmarshal(o[k], &items) != nil {
-			continue
-		}
-		for _, it := range items {
-			var f struct {
-				Filename  *string `json:"filename"`
-				Subfolder any     `json:"subfolder"`
-				Type      any     `json:"type"`
-			}
-			if json.Unmarshal(it, &f) != nil || f.Filename == nil {
+		for _, f := range fileRecords(o[k]) {
+			if f.Filename == nil {
 				continue
 			}
 			sub, _ := f.Subfolder.(string)
 			typ, _ := f.Type.(string)
 			out = append(out, FileRef{Filename: *f.Filename, Subfolder: sub, Type: typ})
+		}
+	}
+	return out
+}
+
+// fileRecord is an item of an output kind's list, as a file record.
+type fileRecord struct {
+	Filename  *string `json:"filename"`
+	Subfolder any     `json:"subfolder"`
+	Type      any     `json:"type"`
+}
+
+// fileRecords decodes an output kind's list: every item that decodes as a
+// fileRecord, in list order; nil when the kind is not a list. A list of
+// file records only is decoded in one piece, another item by item, those
+// that fail skipped.
+func fileRecords(kind json.RawMessage) []fileRecord {
+	var all []fileRecord
+	if json.Unmarshal(kind, &all) == nil {
+		return all
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(kind, &items) != nil {
+		return nil
+	}
+	var out []fileRecord
+	for _, it := range items {
+		var f fileRecord
+		if json.Unmarshal(it, &f) == nil {
+			out = append(out, f)
 		}
 	}
 	return out
