@@ -464,3 +464,61 @@ func FuzzFileRecords(f *testing.F) {
 		assert.Equal(t, filesItemByItem(o), o.Files(), "%q", kind)
 	})
 }
+
+var outputsCases = []string{
+	`{"outputs": {"4": {"images": [{"filename": "a.png", "subfolder": "", "type": "temp"}]}, "3": {"images": []}}}`,
+	`{"outputs": {}}`, `{"outputs": null}`, `{"outputs": 5}`, `{}`,
+	`{"outputs": {"9": null, "10": {"gifs": [{"filename": "b.gif"}], "text": ["hi"]}}}`,
+	`{"outputs": {"9": "x", "10": {"a": 1}}}`,
+	`{"outputs": {"9": [1], "9": {"a": 1}}}`,
+	`{"outputs": {"9": {"a": 1}, "9": 5}}`,
+	`{"outputs": {"9": {"a": 1, "a": [2]}}}`,
+	`{"outputs": {"1": {}}, "outputs": {"2": {}}}`,
+	`{"outputs": {"1": {}}, "outputs": null}`,
+	`{"outputs": {"1": {}}, "outputs": {"2": 5}}`,
+	`{"OUTPUTS": {"1": {"b": true}}}`,
+	`{"outputs": {"\u0031": {"\u0061": 1}, "x\ud800": {}}}`,
+}
+
+// checkHistoryOutputs: historyOutputs reads an entry's outputs as the
+// lenient map of lenient objects did.
+func checkHistoryOutputs(t *testing.T, entry []byte) {
+	t.Helper()
+	var got struct {
+		Outputs historyOutputs `json:"outputs"`
+	}
+	var lenient struct {
+		Outputs lmap[lobject] `json:"outputs"`
+	}
+	gotErr := json.Unmarshal(entry, &got)
+	wantErr := json.Unmarshal(entry, &lenient)
+	require.Equal(t, wantErr == nil, gotErr == nil, "%q", entry)
+	var want map[string]Output
+	if lenient.Outputs != nil {
+		want = make(map[string]Output, len(lenient.Outputs))
+		for k, o := range lenient.Outputs {
+			want[k] = Output(o)
+		}
+	}
+	assert.Equal(t, want, map[string]Output(got.Outputs), "%q", entry)
+}
+
+func TestHistoryOutputs(t *testing.T) {
+	for _, answer := range []string{goldenHistoryOK, goldenHistoryError, goldenHistoryIntr, oldHistory} {
+		var h map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(answer), &h))
+		for _, entry := range h {
+			checkHistoryOutputs(t, entry)
+		}
+	}
+	for _, entry := range outputsCases {
+		checkHistoryOutputs(t, []byte(entry))
+	}
+}
+
+func FuzzHistoryOutputs(f *testing.F) {
+	for _, entry := range outputsCases {
+		f.Add([]byte(entry))
+	}
+	f.Fuzz(checkHistoryOutputs)
+}

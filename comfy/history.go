@@ -364,8 +364,8 @@ func decodeHistory(b []byte, full bool) ([]*HistoryEntry, error) {
 // full, the prompt tuple and meta are passed over (see Client.history).
 func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error) {
 	var w struct {
-		Prompt  promptTuple   `json:"prompt"`
-		Outputs lmap[lobject] `json:"outputs"`
+		Prompt  promptTuple    `json:"prompt"`
+		Outputs historyOutputs `json:"outputs"`
 		Status  lobj[struct {
 			StatusStr lstr  `json:"status_str"`
 			Completed lbool `json:"completed"`
@@ -379,12 +379,7 @@ func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error)
 		return nil, err
 	}
 	e := &HistoryEntry{PromptID: id}
-	if w.Outputs != nil {
-		e.Outputs = make(map[string]Output, len(w.Outputs))
-		for k, o := range w.Outputs {
-			e.Outputs[k] = Output(o)
-		}
-	}
+	e.Outputs = w.Outputs
 	if w.Meta.m != nil {
 		e.Meta = make(map[string]NodeMetaInfo, len(w.Meta.m))
 		for k, m := range w.Meta.m {
@@ -548,6 +543,31 @@ func (p *promptTuple) UnmarshalJSON(b []byte) error {
 	if !p.skip {
 		p.raw = append(p.raw[:0], b...)
 	}
+	return nil
+}
+
+// historyOutputs is a history entry's outputs, node id to output, read
+// as lmap[lobject] reads them: nil for an output that is not an object,
+// unchanged when the outputs are not an object. Outputs that are all
+// objects (or null) are decoded straight into the map, without a decoder
+// for each and a copy into a second map.
+type historyOutputs map[string]Output
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *historyOutputs) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '{' {
+		return nil
+	}
+	var m map[string]Output
+	if json.Unmarshal(b, &m) != nil { // an output of another shape
+		var l lmap[lobject]
+		_ = l.UnmarshalJSON(b)
+		m = make(map[string]Output, len(l))
+		for k, o := range l {
+			m[k] = Output(o)
+		}
+	}
+	*h = m
 	return nil
 }
 
