@@ -255,8 +255,13 @@ func (r *run) sendProgressStateLocked() {
 }
 
 func (r *run) setProgress(id string, value, maxv any, state string) {
-	r.progress.set(id, omap{{"value", value}, {"max", maxv}, {"state", state}, {"node_id", id},
-		{"prompt_id", r.t.id}, {"display_node_id", id}, {"parent_node_id", nil}, {"real_node_id", id}})
+	if e, ok := r.progress.get(id); ok { // only value, max and state change
+		p := e.(omap)
+		p[0].V, p[1].V, p[2].V = value, maxv, state
+		return
+	}
+	r.progress = append(r.progress, kv{id, omap{{"value", value}, {"max", maxv}, {"state", state}, {"node_id", id},
+		{"prompt_id", r.t.id}, {"display_node_id", id}, {"parent_node_id", nil}, {"real_node_id", id}}})
 }
 
 func (r *run) nodeData(id string, extra ...kv) omap {
