@@ -119,6 +119,10 @@ func (l *lstrs) UnmarshalJSON(b []byte) error {
 		*l = lstrs{string(s)}
 		return nil
 	}
+	if string(b) == "[]" { // execution_cached's usual nodes, without a decoder
+		*l = lstrs{}
+		return nil
+	}
 	var items []json.RawMessage
 	if len(b) == 0 || b[0] != '[' || json.Unmarshal(b, &items) != nil {
 		return nil
