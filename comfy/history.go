@@ -201,13 +201,16 @@ func (c *Client) history(ctx context.Context, promptID string, full bool) (*Hist
 		return e, err
 	}
 	r := request{method: http.MethodGet, path: "/history/" + url.PathEscape(promptID)}
-	b, err := c.fetch(ctx, r, c.bigLimit())
+	var e *HistoryEntry
+	// The entry keeps nothing of the answer (TestHistoryKeepsNoAnswer).
+	err := c.fetchTransient(ctx, r, c.bigLimit(), func(b []byte) (err error) {
+		if e, err = historyEntryOf(b, promptID, full); err != nil {
+			return c.badResponse("GET "+c.prefix()+r.path, err.Error())
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	e, err := historyEntryOf(b, promptID, full)
-	if err != nil {
-		return nil, c.badResponse("GET "+c.prefix()+r.path, err.Error())
 	}
 	if e != nil {
 		c.scrubEntry(e)

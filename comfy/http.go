@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/http"
 	"net/url"
+	"sync"
 )
 
 // smallBodyLimit bounds the answers that are small by nature; the large
@@ -27,13 +29,51 @@ func (c *Client) smallLimit() int64 { return min(smallBodyLimit, c.opts.BodyLimi
 func (c *Client) readBody(resp *http.Response, r request, limit int64) ([]byte, error) {
 	defer resp.Body.Close()
 	b, err := readLimited(resp.Body, limit, resp.ContentLength)
+	return b, c.bodyError(r, limit, err)
+}
+
+// readBodyInto is readBody into buf when the body's announced length is
+// shorter than buf: what it returns is then buf's.
+func (c *Client) readBodyInto(resp *http.Response, r request, limit int64, buf []byte) ([]byte, error) {
+	if resp.ContentLength < 0 || resp.ContentLength >= int64(len(buf)) {
+		return c.readBody(resp, r, limit)
+	}
+	defer resp.Body.Close()
+	b, _, err := readMessage(resp.Body, limit, buf) // a body longer than announced goes on past buf
+	return b, c.bodyError(r, limit, err)
+}
+
+// bodyError is readBody's error for err, a failure to read r's answer.
+func (c *Client) bodyError(r request, limit int64, err error) error {
 	if errors.Is(err, errTooLarge) {
-		return nil, c.badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
+		return c.badResponse(r.method+" "+c.prefix()+r.path, fmt.Sprintf("response larger than %d bytes", limit))
 	}
 	if err != nil {
-		return nil, &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: c.redact(err, c.endpoint(r.path, r.query))}
+		return &requestError{Method: r.method, URL: c.base + c.prefix() + r.path, Err: c.redact(err, c.endpoint(r.path, r.query))}
 	}
-	return b, nil
+	return nil
+}
+
+// answerBuffers holds the buffers fetchTransient reads answers into, as
+// *[]byte.
+var answerBuffers sync.Pool
+
+// maxPooledAnswer bounds the answers read into a reused buffer; a larger
+// one gets a buffer of its own.
+const maxPooledAnswer = 1 << 20
+
+// answerBuffer returns a buffer longer than size, an answer's announced
+// length: a reused one, or a new one to reuse; nil when the length is
+// unknown or beyond maxPooledAnswer.
+func answerBuffer(size int64) *[]byte {
+	if size < 0 || size >= maxPooledAnswer {
+		return nil
+	}
+	if b, _ := answerBuffers.Get().(*[]byte); b != nil && int64(len(*b)) > size {
+		return b
+	}
+	b := make([]byte, max(4<<10, 1<<bits.Len64(uint64(size)))) // a smaller one left is dropped
+	return &b
 }
 
 // errTooLarge is returned by readLimited for data beyond its limit.
@@ -164,6 +204,32 @@ func (c *Client) fetch(ctx context.Context, r request, limit int64) ([]byte, err
 	}
 	b, err := c.readBody(resp, r, limit)
 	return b, w.check(c, r, err)
+}
+
+// fetchTransient is fetch for an answer that use reads and forgets: the
+// body is read into a buffer that later requests reuse once use returns,
+// so use, and what it returns, must not keep b or any part of it.
+// Decoders that copy what they keep (encoding/json does) satisfy this.
+func (c *Client) fetchTransient(ctx context.Context, r request, limit int64, use func(b []byte) error) error {
+	w := c.watch(ctx, "no answer")
+	defer w.stop()
+	w.arm()
+	resp, err := c.do(w.ctx, r)
+	if err != nil {
+		return w.check(c, r, err)
+	}
+	buf := answerBuffer(resp.ContentLength)
+	var b []byte
+	if buf != nil {
+		defer answerBuffers.Put(buf)
+		b, err = c.readBodyInto(resp, r, limit, *buf)
+	} else {
+		b, err = c.readBody(resp, r, limit)
+	}
+	if err := w.check(c, r, err); err != nil {
+		return err
+	}
+	return use(b)
 }
 
 // call sends r, expects 2xx, and decodes a JSON answer into out (nil: the

@@ -2,6 +2,7 @@ package comfy_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -652,4 +653,34 @@ func TestSubmitBadInput(t *testing.T) {
 	assert.Len(t, res.Files(), 1)
 	var nilResult *comfy.Result
 	assert.Nil(t, nilResult.Files())
+}
+
+// TestHistoryAnswersReused: History reads each answer into a buffer that
+// later ones reuse (when sync.Pool hands it back); an entry read before is
+// left as it was. TestHistoryKeepsNoAnswer checks the decoding itself.
+func TestHistoryAnswersReused(t *testing.T) {
+	t.Parallel()
+	srv := loopback(t, nil)
+	c := runClient(t, srv, nil)
+	var ids []string
+	for i := range 2 {
+		p, err := c.Submit(t.Context(), samplerWF(t, i, 1), nil)
+		require.NoError(t, err)
+		_, err = p.Wait(t.Context())
+		require.NoError(t, err)
+		ids = append(ids, p.ID())
+	}
+	first, err := c.History(t.Context(), ids[0])
+	require.NoError(t, err)
+	before, err := json.Marshal(first)
+	require.NoError(t, err)
+	for range 20 {
+		_, err := c.History(t.Context(), ids[1])
+		require.NoError(t, err)
+	}
+	after, err := json.Marshal(first)
+	require.NoError(t, err)
+	assert.Equal(t, string(before), string(after))
+	assert.Equal(t, ids[0], first.PromptID)
+	assert.NotEmpty(t, first.Files())
 }
