@@ -179,6 +179,11 @@ func newServer(opts *Options, inMemory bool) *Server {
 			Proxy:             nil,
 			DialContext:       s.mem.dial,
 			ForceAttemptHTTP2: false,
+			// Every request goes to this one host: keep the connections
+			// a client's concurrent requests opened (a POST /prompt while
+			// the last prompt's history is read, queue checks), not two
+			// (net/http's default), which dialled anew every few prompts.
+			MaxIdleConnsPerHost: 16,
 		}}
 	} else {
 		l := o.Listener
