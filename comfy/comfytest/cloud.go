@@ -309,15 +309,16 @@ func (s *Server) cloudJob(w http.ResponseWriter, r *http.Request) {
 	case s.running != nil && s.running.id == id:
 		job = append(job, kv{"status", "in_progress"})
 	case h != nil:
-		job = append(job, kv{"status", jobStatus(h.entry)})
-		outputs, _ := h.entry.get("outputs")
-		status, _ := h.entry.get("status")
+		entry := h.decoded()
+		job = append(job, kv{"status", jobStatus(entry)})
+		outputs, _ := entry.get("outputs")
+		status, _ := entry.get("status")
 		n := 0
 		if o, ok := outputs.(omap); ok {
 			n = len(o)
 		}
 		job = append(job, kv{"outputs", outputs}, kv{"outputs_count", n}, kv{"execution_status", status})
-		if meta, ok := h.entry.get("meta"); ok {
+		if meta, ok := entry.get("meta"); ok {
 			job = append(job, kv{"execution_meta", meta})
 		}
 		if e := statusMessage(status, "execution_error"); e != nil {

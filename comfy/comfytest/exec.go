@@ -29,9 +29,20 @@ type cacheEntry struct {
 	outputs []any
 }
 
+// histEntry is a finished prompt's history entry, kept as its JSON (as
+// appendJSON writes it): a server keeps up to maxHistory of them, and as
+// trees of omap they were most of what a fake held and the garbage
+// collector walked in a long run.
 type histEntry struct {
-	id    string
-	entry omap
+	id  string
+	raw rawJSON
+}
+
+// decoded returns the entry as an omap.
+func (h *histEntry) decoded() omap {
+	v, _ := decodeOrdered(h.raw)
+	m, _ := v.(omap)
+	return m
 }
 
 func less(a, b *task) bool {
@@ -336,6 +347,10 @@ func (s *Server) execute(ctx context.Context, t *task) {
 		}
 		entry = append(entry, kv{"meta", meta})
 	}
+	raw, err := appendJSON(nil, entry)
+	if err != nil { // a UI value of the user's that does not encode
+		raw, _ = appendJSON(nil, omap{{"comfytest_encode_error", err.Error()}})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ctx.Err() != nil {
@@ -344,12 +359,12 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	replaced := false
 	for _, h := range s.history {
 		if h.id == t.id {
-			h.entry = entry
+			h.raw = raw
 			replaced = true
 		}
 	}
 	if !replaced {
-		s.history = append(s.history, &histEntry{id: t.id, entry: entry})
+		s.history = append(s.history, &histEntry{id: t.id, raw: raw})
 		if len(s.history) > maxHistory {
 			s.history = s.history[len(s.history)-maxHistory:]
 		}

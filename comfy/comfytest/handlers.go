@@ -110,7 +110,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
 			out := omap{}
 			if h := s.historyLocked(id); h != nil {
-				out = omap{{id, h.entry}}
+				out = omap{{id, h.raw}}
 			}
 			b := pyJSON(out)
 			s.mu.Unlock()
@@ -478,7 +478,7 @@ func (s *Server) handleGetHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	out := omap{}
 	for _, e := range h {
-		out = append(out, kv{e.id, e.entry})
+		out = append(out, kv{e.id, e.raw})
 	}
 	b := pyJSON(out)
 	s.mu.Unlock()

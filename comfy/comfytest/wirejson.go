@@ -109,6 +109,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		return strconv.AppendInt(b, int64(t), 10), nil
 	case pyFloat:
 		return append(b, pyFloatString(float64(t))...), nil
+	case rawJSON:
+		return append(b, t...), nil
 	}
 	raw, err := marshalRaw(v)
 	if err != nil {
@@ -116,6 +118,9 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	}
 	return append(b, raw...), nil
 }
+
+// rawJSON is a value already encoded by appendJSON, written as it is.
+type rawJSON []byte
 
 // appendJSONString appends s quoted as marshalRaw quotes it (no HTML
 // escaping): plain printable ASCII as it is, anything else through
