@@ -97,7 +97,7 @@ type Server struct {
 
 	// recording
 	prompts    []ReceivedPrompt
-	requests   []Request
+	requests   []recordedRequest
 	clientIDs  []string
 	interrupts []string
 }
@@ -590,10 +590,48 @@ func (s *Server) Requests() []Request {
 	defer s.mu.Unlock()
 	out := make([]Request, len(s.requests))
 	for i, r := range s.requests {
-		out[i] = r
-		out[i].Header = r.Header.Clone()
+		out[i] = r.request()
 	}
 	return out
+}
+
+// recordedRequest is a Request as the server keeps it: its header packed
+// in one string ("Key\x00value\x00" for each value), since a long run
+// records every request and a header map is a dozen objects.
+type recordedRequest struct {
+	method, path, rawQuery, header string
+}
+
+func recordRequest(r *http.Request) recordedRequest {
+	n := 0
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 2
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			b.WriteString(k)
+			b.WriteByte(0)
+			b.WriteString(v)
+			b.WriteByte(0)
+		}
+	}
+	return recordedRequest{method: r.Method, path: r.URL.Path, rawQuery: r.URL.RawQuery, header: b.String()}
+}
+
+// request returns the recorded request with its header unpacked.
+func (r recordedRequest) request() Request {
+	h := http.Header{}
+	for rest := r.header; rest != ""; {
+		k, after, _ := strings.Cut(rest, "\x00")
+		v, after2, _ := strings.Cut(after, "\x00")
+		h[k] = append(h[k], v)
+		rest = after2
+	}
+	return Request{Method: r.method, Path: r.path, RawQuery: r.rawQuery, Header: h}
 }
 
 // ClientIDs returns the clientId of each WebSocket connection (minted ones
@@ -626,9 +664,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.wg.Add(1)
-	// The header is kept as it is: neither net/http nor a handler changes
-	// a request's header once it arrived, and Requests hands out clones.
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header})
+	s.requests = append(s.requests, recordRequest(r))
 	lat, hold := s.latency, s.answerDelay
 	route := normRoute(r.URL.Path)
 	if !isWSRoute(route) {
