@@ -22,13 +22,24 @@ import (
 // line of defence: on a host change it strips the Authorization header, the
 // extra header names and the token query parameter from the next request.
 
+// maxIdlePerHost is the idle connections an owned transport keeps to
+// the server.
+const maxIdlePerHost = 32
+
 // newHTTPClient returns the client used for every request: a shallow copy of
 // the caller's client (never mutated) or a new one the Client owns.
 func (c *Client) newHTTPClient(user *http.Client) (*http.Client, bool) {
 	var hc http.Client
 	own := user == nil
 	if own {
-		hc.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// A Client talks to one host, often several requests at once
+		// (history reads, queue checks, downloads, uploads): net/http's
+		// default of 2 idle connections per host closed the rest after
+		// each burst, and the next one dialed (and shook hands, over TLS)
+		// again.
+		t.MaxIdleConnsPerHost = maxIdlePerHost
+		hc.Transport = t
 	} else {
 		hc = *user
 	}

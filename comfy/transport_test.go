@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/comfypool/comfypool/comfy"
@@ -271,4 +273,59 @@ func TestNewClientDoesNotMutateOptions(t *testing.T) {
 	_, err := c2.QueueRemaining(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, "orig", f.last(t).Header.Get("X-B"))
+}
+
+// A Client that owns its transport keeps enough idle connections to its
+// one server for the requests it makes at once (history reads, queue
+// checks, downloads, uploads): a second round of concurrent requests
+// reuses the first round's connections instead of dialing (a TLS
+// handshake, for a server across the internet) again.
+func TestOwnTransportKeepsConnections(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	release := make(chan struct{})
+	var arrived sync.WaitGroup
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-release // every request of a round is in flight at once
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"system": {}, "devices": []}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := comfy.NewClient(srv.URL, nil)
+	require.NoError(t, err)
+	defer func() { _ = c.Close(context.Background()) }()
+
+	const n = 8
+	round := func() {
+		arrived.Add(n)
+		release = make(chan struct{})
+		var done sync.WaitGroup
+		for range n {
+			done.Go(func() {
+				_, err := c.SystemStats(t.Context())
+				assert.NoError(t, err)
+			})
+		}
+		arrived.Wait()
+		close(release)
+		done.Wait()
+	}
+	round()
+	mu.Lock()
+	first := opened
+	mu.Unlock()
+	round()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, n, first, "the first round opens a connection per request")
+	assert.Equal(t, first, opened, "the second round reuses them")
 }
