@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/bits"
 	"net/http"
 	"net/url"
@@ -254,6 +255,29 @@ func jsonRequest(method, path string, body any) (request, error) {
 	return request{method: method, path: path, body: bytes.NewReader(b), ctype: "application/json"}, nil
 }
 
+// withInputs returns wf and true when every node has inputs, else a
+// shallow copy of wf whose nodes without them have an empty map and false:
+// the server reads every node's "inputs" as an object, and a node built in
+// Go without them would be sent as "inputs": null (ParseWorkflow always
+// gives a map).
+func withInputs(wf Workflow) (Workflow, bool) {
+	var out Workflow
+	for id, n := range wf {
+		if n.Inputs != nil {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(wf)
+		}
+		n.Inputs = map[string]any{}
+		out[id] = n
+	}
+	if out == nil {
+		return wf, true
+	}
+	return out, false
+}
+
 // QueuePrompt queues a workflow (POST /prompt) and returns the server's
 // prompt id and queue number.
 //
@@ -264,6 +288,11 @@ func jsonRequest(method, path string, body any) (request, error) {
 func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptResponse, error) {
 	if req == nil || len(req.Prompt) == 0 {
 		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: empty workflow", c.prefix(), ErrInvalidWorkflow)
+	}
+	if wf, ok := withInputs(req.Prompt); !ok {
+		r := *req
+		r.Prompt = wf
+		req = &r
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

@@ -569,3 +569,26 @@ func TestQueuePromptUnencodableValue(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "comfy: POST /prompt: comfy: invalid workflow"), err.Error())
 	assert.Empty(t, f.requests())
 }
+
+// A node built in Go without inputs goes out with "inputs": {}, which the
+// server reads as an object (it fails on null), and the caller's workflow
+// is not changed.
+func TestQueuePromptNodeWithoutInputs(t *testing.T) {
+	var sent []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent, _ = io.ReadAll(r.Body)
+		jsonBody(200, `{"prompt_id": "p", "number": 0, "node_errors": {}}`)(w, r)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, nil)
+	wf := comfy.Workflow{"1": {ClassType: "NoInputs"}, "2": {ClassType: "SaveImage", Inputs: map[string]any{"images": []any{"1", 0}}}}
+	_, err := c.QueuePrompt(t.Context(), &comfy.PromptRequest{Prompt: wf})
+	require.NoError(t, err)
+	var body struct {
+		Prompt map[string]map[string]json.RawMessage `json:"prompt"`
+	}
+	require.NoError(t, json.Unmarshal(sent, &body))
+	assert.JSONEq(t, `{}`, string(body.Prompt["1"]["inputs"]))
+	assert.JSONEq(t, `{"images": ["1", 0]}`, string(body.Prompt["2"]["inputs"]))
+	assert.Nil(t, wf["1"].Inputs, "the caller's workflow is unchanged")
+}
