@@ -246,17 +246,9 @@ func FuzzDecodeMessageFastPath(f *testing.F) {
 // statusMessageFull is decodeStatusMessage as it was before splitPair:
 // the pair decoded as a list.
 func statusMessageFull(pair json.RawMessage) (Message, bool) {
-	var p []json.RawMessage
-	if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+	name, data, ok := unmarshalPair(pair)
+	if !ok {
 		return nil, false
-	}
-	var name string
-	if json.Unmarshal(p[0], &name) != nil {
-		return nil, false
-	}
-	var data json.RawMessage
-	if len(p) > 1 {
-		data = p[1]
 	}
 	m, err := decodeTyped(name, data)
 	if err != nil {

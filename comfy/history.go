@@ -418,15 +418,8 @@ func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error)
 func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
 	name, data, ok := splitPair(pair)
 	if !ok { // not as the server writes it: decode it in full
-		var p []json.RawMessage
-		if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+		if name, data, ok = unmarshalPair(pair); !ok {
 			return nil, false
-		}
-		if json.Unmarshal(p[0], &name) != nil {
-			return nil, false
-		}
-		if len(p) > 1 {
-			data = p[1]
 		}
 	}
 	m, err := decodeTyped(name, data)
@@ -434,6 +427,22 @@ func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
 		return nil, false
 	}
 	return m, true
+}
+
+// unmarshalPair decodes an [event name, data] pair of any spacing or
+// escaping; ok is false for another shape.
+func unmarshalPair(pair json.RawMessage) (name string, data json.RawMessage, ok bool) {
+	var p []json.RawMessage
+	if json.Unmarshal(pair, &p) != nil || len(p) < 1 {
+		return "", nil, false
+	}
+	if json.Unmarshal(p[0], &name) != nil {
+		return "", nil, false
+	}
+	if len(p) > 1 {
+		data = p[1]
+	}
+	return name, data, true
 }
 
 // job reads a prompt's job (GET /api/jobs/{id}: Comfy Cloud, where the
