@@ -124,8 +124,13 @@ func (b *behaviour) options() *comfytest.Options {
 			nodes[class] = nb
 		}
 	}
-	return &comfytest.Options{Nodes: nodes, HistoryDelay: b.historyDelay}
+	// A served fake runs for hours: it keeps the newest records only.
+	return &comfytest.Options{Nodes: nodes, HistoryDelay: b.historyDelay, MaxRecords: fakeMaxRecords}
 }
+
+// fakeMaxRecords bounds the requests and prompts a served fake records
+// (comfytest.Options.MaxRecords), which nothing of the command reads.
+const fakeMaxRecords = 1000
 
 // apply sets the faults that are set at run time on a started server.
 func (b *behaviour) apply(s *comfytest.Server) {

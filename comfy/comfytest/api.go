@@ -53,6 +53,13 @@ type Options struct {
 	// closes it in Close; give it to one server only. NewInMemoryServer
 	// ignores it.
 	Listener net.Listener
+	// MaxRecords, when above 0, bounds what Requests and Prompts return
+	// to the newest MaxRecords of each, so that a fake serving for hours
+	// (comfypool fake, a load test) does not grow without end; the
+	// server's own history is bounded anyway, as ComfyUI's is (10,000
+	// entries). Default 0: every request and prompt is kept, as a test
+	// wants.
+	MaxRecords int
 }
 
 // Dialect switches protocol details that changed across ComfyUI versions.

@@ -210,7 +210,11 @@ func (s *Server) routeCloud(w http.ResponseWriter, r *http.Request) {
 func (s *Server) cloudGetQueue(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	item := func(t *task) []any {
-		return []any{t.numJSON, t.id, t.prompt, stringsAny(t.outputs), omap{{"create_time", s.prompts[t.rec].Received.UnixMilli()}}}
+		created := time.Time{}
+		if rec := s.promptLocked(t.rec); rec != nil {
+			created = rec.Received
+		}
+		return []any{t.numJSON, t.id, t.prompt, stringsAny(t.outputs), omap{{"create_time", created.UnixMilli()}}}
 	}
 	running := []any{}
 	if s.running != nil {

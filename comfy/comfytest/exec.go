@@ -375,7 +375,9 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	if t.hasClient {
 		s.sendLocked(t.clientID, true, "executing", omap{{"node", nil}, {"prompt_id", t.id}})
 	}
-	s.prompts[t.rec].Ended = time.Now()
+	if rec := s.promptLocked(t.rec); rec != nil {
+		rec.Ended = time.Now()
+	}
 }
 
 const maxHistory = 10000

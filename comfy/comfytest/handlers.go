@@ -257,7 +257,7 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 	body, raw, ok := readJSON(r)
 	if !ok {
 		s.mu.Lock()
-		s.prompts = append(s.prompts, ReceivedPrompt{Status: 500, Received: received})
+		s.appendPromptLocked(ReceivedPrompt{Status: 500, Received: received})
 		s.mu.Unlock()
 		serverTrouble(w)
 		return
@@ -353,8 +353,7 @@ func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 		clientID: cidStr, hasClient: hasCID && cid != nil || s.cloud != nil} // Cloud addresses every message to the account
 	s.mu.Lock()
 	rec.Status = 200
-	t.rec = len(s.prompts)
-	s.prompts = append(s.prompts, rec)
+	t.rec = s.appendPromptLocked(rec)
 	s.queue = append(s.queue, t)
 	s.broadcastStatusLocked()
 	kick := s.kick
@@ -370,7 +369,7 @@ func (s *Server) recordPrompt(rec ReceivedPrompt, id string, status int) {
 	rec.PromptID = id
 	rec.Status = status
 	s.mu.Lock()
-	s.prompts = append(s.prompts, rec)
+	s.appendPromptLocked(rec)
 	s.mu.Unlock()
 }
 

@@ -97,6 +97,7 @@ type Server struct {
 
 	// recording
 	prompts    []ReceivedPrompt
+	promptBase int // prompts dropped from the front of prompts (Options.MaxRecords)
 	requests   []recordedRequest
 	clientIDs  []string
 	interrupts []string
@@ -538,13 +539,39 @@ func (s *Server) IgnoreInterrupts(on bool) {
 }
 
 // Prompts returns every POST /prompt received (accepted or rejected), in
-// order. A body that was not JSON is recorded with a nil Prompt.
+// order (the newest Options.MaxRecords when set). A body that was not
+// JSON is recorded with a nil Prompt.
 func (s *Server) Prompts() []ReceivedPrompt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]ReceivedPrompt, len(s.prompts))
-	copy(out, s.prompts)
-	return out
+	ps := s.prompts
+	if m := s.opts.MaxRecords; m > 0 && len(ps) > m {
+		ps = ps[len(ps)-m:]
+	}
+	return slices.Clone(ps)
+}
+
+// appendPromptLocked records a received prompt and returns its number,
+// for promptLocked. With Options.MaxRecords, the oldest records are
+// dropped, in batches (a record and its number stay valid until then).
+// Caller holds s.mu.
+func (s *Server) appendPromptLocked(rec ReceivedPrompt) int {
+	s.prompts = append(s.prompts, rec)
+	if m := s.opts.MaxRecords; m > 0 && len(s.prompts) >= 2*m {
+		drop := len(s.prompts) - m
+		s.prompts = slices.Clone(s.prompts[drop:])
+		s.promptBase += drop
+	}
+	return s.promptBase + len(s.prompts) - 1
+}
+
+// promptLocked returns the record of prompt number n, or nil when it was
+// dropped (Options.MaxRecords). Caller holds s.mu.
+func (s *Server) promptLocked(n int) *ReceivedPrompt {
+	if i := n - s.promptBase; i >= 0 && i < len(s.prompts) {
+		return &s.prompts[i]
+	}
+	return nil
 }
 
 // MaxConcurrent returns the most prompts the server held at once,
@@ -584,12 +611,17 @@ func (s *Server) MaxConcurrent() int {
 	return most
 }
 
-// Requests returns every HTTP request and WebSocket upgrade, in order.
+// Requests returns every HTTP request and WebSocket upgrade, in order
+// (the newest Options.MaxRecords when set).
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Request, len(s.requests))
-	for i, r := range s.requests {
+	rs := s.requests
+	if m := s.opts.MaxRecords; m > 0 && len(rs) > m {
+		rs = rs[len(rs)-m:]
+	}
+	out := make([]Request, len(rs))
+	for i, r := range rs {
 		out[i] = r.request()
 	}
 	return out
@@ -665,6 +697,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	s.requests = append(s.requests, recordRequest(r))
+	if m := s.opts.MaxRecords; m > 0 && len(s.requests) >= 2*m {
+		s.requests = slices.Clone(s.requests[len(s.requests)-m:])
+	}
 	lat, hold := s.latency, s.answerDelay
 	route := normRoute(r.URL.Path)
 	if !isWSRoute(route) {

@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
+	"testing/synctest"
 )
 
 // A recorded request gives back its header as it came: every key, every
@@ -21,4 +23,44 @@ func TestRecordedRequestHeader(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %+v, want %+v", got, want)
 	}
+}
+
+// With MaxRecords, Requests and Prompts keep the newest records only,
+// however many the server saw, and a prompt's record still gets its end.
+func TestMaxRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewInMemoryServer(&Options{MaxRecords: 3})
+		defer s.Close()
+		c := s.Client()
+		wf := `{"prompt": {"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}, "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "t"}}}}`
+		for i := range 10 {
+			resp, err := c.Post(s.URL+"/prompt", "application/json", strings.NewReader(wf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("prompt %d: %s", i, resp.Status)
+			}
+		}
+		synctest.Wait() // every prompt ran
+		if n := len(s.Requests()); n != 3 {
+			t.Errorf("Requests kept %d, want 3", n)
+		}
+		ps := s.Prompts()
+		if len(ps) != 3 {
+			t.Fatalf("Prompts kept %d, want 3", len(ps))
+		}
+		for _, p := range ps {
+			if p.Status != 200 || p.Ended.IsZero() {
+				t.Errorf("a kept prompt: status %d, ended %v", p.Status, p.Ended)
+			}
+		}
+		s.mu.Lock()
+		held := len(s.prompts) + len(s.requests)
+		s.mu.Unlock()
+		if held >= 4*3 {
+			t.Errorf("the server holds %d records, want fewer than twice MaxRecords of each", held)
+		}
+	})
 }
