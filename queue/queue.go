@@ -108,7 +108,8 @@ func NormalizeEnqueueParams(p *EnqueueParams) error {
 	return nil
 }
 
-// checkEnqueueText checks the text fields of *p (see checkText).
+// checkEnqueueText checks the text fields of *p (see checkText) but
+// Needs.
 func checkEnqueueText(p *EnqueueParams) error {
 	for _, f := range []struct{ name, v string }{
 		{"EnqueueParams.Workflow", p.Workflow},
@@ -130,9 +131,7 @@ func checkEnqueueText(p *EnqueueParams) error {
 	if err := checkTexts("EnqueueParams.Requires", p.Requires); err != nil {
 		return err
 	}
-	if err := checkTexts("EnqueueParams.Needs", p.Needs); err != nil {
-		return err
-	}
+	// Needs are checked by normalizeNeeds, for Fail and Requeue too.
 	return checkTexts("EnqueueParams.ExcludeBackends", p.ExcludeBackends)
 }
 
