@@ -218,6 +218,9 @@ func TestCloudSignedURLExpires(t *testing.T) {
 		c := cloudCall{t, s}
 		k := keyed(cloudKey)
 		ws := dial(t, s, "?token="+url.QueryEscape(cloudKey))
+		// The greeting comes once the server holds the socket: a prompt
+		// posted before could end before it, unheard.
+		assert.Contains(t, ws.next(), `"type": "status"`)
 		st, body, _ := c.do("POST", "/api/prompt", "application/json", strings.NewReader(`{"prompt":`+string(comfytest.WorkflowOK)+`}`), k)
 		require.Equal(t, http.StatusOK, st, body)
 		ws.untilDone()
