@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -131,4 +132,116 @@ func TestCancelWhileRerouteIsAnswered(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, queue.StateCancelled, qj.State)
 	})
+}
+
+// gatedLease wraps a driver: the first Lease that returns a job, and the
+// first Cancel, take effect at once and answer only when their gate is
+// opened (a slow store answering late); Begin calls are counted.
+type gatedLease struct {
+	queue.Driver
+	leased, leaseGo       chan struct{} // closed when the Lease took effect; closed by the test to answer
+	cancelled, cancelGo   chan struct{} // the same for Cancel (nil cancelGo: answered at once)
+	leaseOnce, cancelOnce sync.Once
+	begins                atomic.Int32
+}
+
+func newGatedLease(t *testing.T, holdCancel bool) *gatedLease {
+	d, err := memqueue.New(nil)
+	require.NoError(t, err)
+	g := &gatedLease{Driver: d, leased: make(chan struct{}), leaseGo: make(chan struct{}), cancelled: make(chan struct{})}
+	if holdCancel {
+		g.cancelGo = make(chan struct{})
+	}
+	return g
+}
+
+func (g *gatedLease) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, error) {
+	j, err := g.Driver.Lease(ctx, p)
+	if j != nil {
+		g.leaseOnce.Do(func() {
+			close(g.leased)
+			<-g.leaseGo
+		})
+	}
+	return j, err
+}
+
+func (g *gatedLease) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*queue.Job, error) {
+	j, err := g.Driver.Cancel(ctx, id, p)
+	g.cancelOnce.Do(func() {
+		close(g.cancelled)
+		if g.cancelGo != nil {
+			<-g.cancelGo
+		}
+	})
+	return j, err
+}
+
+func (g *gatedLease) Begin(ctx context.Context, id, token string, p *queue.BeginParams) (*queue.Job, error) {
+	g.begins.Add(1)
+	return g.Driver.Begin(ctx, id, token, p)
+}
+
+func (g *gatedLease) Ready() <-chan struct{} { return g.Driver.(queue.Notifier).Ready() }
+
+// TestCancelWhileLeaseIsAnswered: a job cancelled after the queue leased
+// it to this Pool's dispatcher, but before its runner took it up (the
+// lease's answer still on its way), is never begun or sent to a backend:
+// Cancel returns nil, the job ends cancelled with one terminal event and
+// no job:started, and the Pool never shows it running. Both orders are
+// covered: the cancel written down before the runner looks, and the
+// cancel's answer still on its way when it does. (The runner used to
+// take the job up as if nothing had happened: it showed it running and
+// wrote its attempt until the queue refused the dead lease.)
+func TestCancelWhileLeaseIsAnswered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		holdCancel bool
+	}{{"cancel answered", false}, {"cancel answering", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newGatedLease(t, tc.holdCancel)
+				q := queue.New(g)
+				t.Cleanup(func() { _ = q.Close() })
+				b := setup(t, 1, nil, func(c *pool.Config) { c.Queue = q })
+				events, unsubscribe := b.pool.Subscribe()
+				defer unsubscribe()
+				id, err := b.pool.Enqueue(t.Context(), mustWF(t, comfytest.WorkflowOK), nil)
+				require.NoError(t, err)
+				<-g.leased // the queue holds the job leased; the dispatcher waits for the answer
+
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				cancelErr := make(chan error, 1)
+				go func() { cancelErr <- b.pool.Cancel(ctx, id) }()
+				<-g.cancelled // the queue holds the job cancelled
+				close(g.leaseGo)
+				synctest.Wait() // the runner took the lease's answer up
+				if tc.holdCancel {
+					info, err := b.pool.Job(t.Context(), id)
+					require.NoError(t, err)
+					assert.NotEqual(t, pool.StatusRunning, info.Status, "not running while its cancel is written")
+					close(g.cancelGo)
+				}
+				require.NoError(t, <-cancelErr)
+				_, err = b.pool.Wait(ctx, id)
+				require.ErrorIs(t, err, pool.ErrCancelled)
+				synctest.Wait()
+
+				assert.Zero(t, g.begins.Load(), "no attempt was written down")
+				assert.Empty(t, b.servers[0].Prompts(), "no prompt was sent")
+				info, err := b.pool.Job(t.Context(), id)
+				require.NoError(t, err)
+				assert.Equal(t, pool.StatusCancelled, info.Status)
+				var kinds []pool.EventKind
+				for len(events) > 0 {
+					if ev := <-events; ev.JobID == id {
+						kinds = append(kinds, ev.Kind)
+					}
+				}
+				assert.Equal(t, []pool.EventKind{pool.EventJobQueued, pool.EventJobCancelled}, kinds)
+			})
+		})
+	}
 }

@@ -303,6 +303,10 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		return
 	}
 	p.mu.Lock()
+	if p.endedSinceLeaseLocked(b.ctx, qj) {
+		p.mu.Unlock()
+		return // the cancel that ended it tells the end; the slot is freed
+	}
 	js.leased, js.lease = true, qj.LeaseToken
 	js.slot = sl
 	if prev := p.jobs[qj.ID]; prev != nil && prev != js {
@@ -623,6 +627,26 @@ func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Att
 		return
 	}
 	p.finish(js, StatusCompleted, res, nil)
+}
+
+// endedSinceLeaseLocked reports whether this Pool ended the job since the
+// queue leased it as qj: a Cancel or timeout that found it waiting, before
+// this runner took the lease up, voided the lease and told the end. A
+// runner that takes up a lease marks the job held first, so a cancel
+// either finds it held (and leaves the end to the runner) or marked its
+// end before (see cancel), which this waits for. Caller holds p.mu,
+// which this may release while it waits.
+func (p *WorkflowPool) endedSinceLeaseLocked(ctx context.Context, qj *queue.Job) bool {
+	for ending := p.ending[qj.ID]; ending != nil && ctx.Err() == nil; ending = p.ending[qj.ID] {
+		p.mu.Unlock()
+		select {
+		case <-ending:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+	}
+	o := p.outcomes[qj.ID]
+	return o != nil && o.version > qj.Version
 }
 
 // settleCancelled ends a job whose cancel (or queue/overall timeout) was

@@ -352,15 +352,14 @@ func (p *WorkflowPool) dropOutcomeLocked(o *outcome) {
 	delete(p.outcomes, o.id)
 }
 
-// settling marks a job whose end this Pool is writing, so that Wait and
+// settlingLocked marks a job whose end this Pool is writing, so that Wait and
 // Watch, which may learn of the end from the queue first, wait for the
 // Pool's own answer (the full Result, Accounting settled). done ends the
 // mark.
-func (p *WorkflowPool) settling(id string) (done func()) {
+// Caller holds p.mu.
+func (p *WorkflowPool) settlingLocked(id string) (done func()) {
 	ch := make(chan struct{})
-	p.mu.Lock()
 	p.ending[id] = ch
-	p.mu.Unlock()
 	return func() {
 		p.mu.Lock()
 		if p.ending[id] == ch {
@@ -553,6 +552,13 @@ func (p *WorkflowPool) cancel(ctx context.Context, id string, cp queue.CancelPar
 		}
 		close(js.cancelCh)
 	}
+	var done func()
+	if !held {
+		// Marked in the same critical section as the check: a runner
+		// taking up a lease of this job from now on waits for this
+		// cancel's end (see runJob).
+		done = p.settlingLocked(id)
+	}
 	p.mu.Unlock()
 	if held {
 		// This Pool runs it: the runner interrupts the prompt and ends
@@ -571,7 +577,6 @@ func (p *WorkflowPool) cancel(ctx context.Context, id string, cp queue.CancelPar
 		}
 		return nil
 	}
-	done := p.settling(id)
 	defer done()
 	qj, err := p.q.CancelWith(ctx, id, cp)
 	switch {
