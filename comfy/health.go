@@ -161,10 +161,12 @@ func (p *Prompt) settling() bool {
 //     HealthCheckInterval, and one that stays silent (queued behind other
 //     users' work, or a long node without progress) is checked at every
 //     interval;
-//   - when a status broadcast shows the server's queue shrank, the prompts
-//     that have not started are checked at once, so one deleted from the
-//     queue by someone else ends (ErrPromptRemoved) without waiting for
-//     its silence.
+//   - when a status broadcast shows the server's queue shrank by more than
+//     the prompt ends it announced before (execution_success, _error,
+//     _interrupted: a prompt that ended explains its own shrink), the
+//     prompts that have not started are checked at once, so one deleted
+//     from the queue by someone else ends (ErrPromptRemoved) without
+//     waiting for its silence.
 //
 // A prompt attached by Follow hears nothing on this socket, however it
 // goes (the server sends its messages to the socket that submitted it): a

@@ -49,8 +49,13 @@ type session struct {
 	lastErr  error     // last dial error, redacted
 	queue    int       // queue_remaining of the last status message that had one
 	queueOK  bool      // a status message with queue_remaining was received
-	prompts  map[string]*Prompt
-	pending  []pendingMsg // messages for prompt ids not (yet) registered, oldest first
+	// ends counts the prompt ends the server announced (execution_success,
+	// execution_error, execution_interrupted) that no status message has
+	// shown yet: it sends them before the broadcast of the shrink they
+	// cause.
+	ends    int
+	prompts map[string]*Prompt
+	pending []pendingMsg // messages for prompt ids not (yet) registered, oldest first
 	// cancelled holds the ids passed to CancelPrompt, with when: a message
 	// about one of them means its POST landed late (see lateCancelLocked).
 	cancelled map[string]time.Time
@@ -251,17 +256,31 @@ func (s *session) route(m Message) {
 			// The server broadcasts status at every change of its queue.
 			// A shrinking queue (a prompt finished, or pending prompts were
 			// deleted or cleared, by anyone) may mean a prompt of ours that
-			// has not started was removed: the health loop looks at /queue.
-			// The connect-time status (with sid) is not a change.
-			if s.queueOK && m.SID == "" && m.QueueRemaining < s.queue {
-				select {
-				case s.queueReq <- struct{}{}:
-				default: // a check is already asked for
+			// has not started was removed: the health loop looks at /queue,
+			// unless the ends announced since the last status account for
+			// the shrink. The connect-time status (with sid) is not a change.
+			if shrink := s.queue - m.QueueRemaining; s.queueOK && m.SID == "" && shrink > 0 {
+				if shrink > s.ends {
+					select {
+					case s.queueReq <- struct{}{}:
+					default: // a check is already asked for
+					}
 				}
+				s.ends = max(s.ends-shrink, 0)
+			}
+			if m.SID != "" { // a new connection: ends heard on the last one are void
+				s.ends = 0
 			}
 			s.queue, s.queueOK = m.QueueRemaining, true
 		}
 		return // not about one prompt
+	case *ExecutionSuccess, *ExecutionError, *ExecutionInterrupted:
+		// A prompt ended (ours, or, for an interrupt, which is broadcast,
+		// anyone's): the status broadcast that follows shrinks the queue.
+		s.ends++
+		if id == "" {
+			return
+		}
 	case *FeatureFlags, *Unknown:
 		return // not about one prompt
 	case *ExecutionStart:

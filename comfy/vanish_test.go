@@ -3,6 +3,8 @@ package comfy_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -173,4 +175,56 @@ func TestPendingPromptSurvivesQueueChanges(t *testing.T) {
 		_, err = extra.Wait(t.Context())
 		require.ErrorIs(t, err, comfy.ErrInterrupted, "deleted by its own client")
 	})
+}
+
+// TestOwnPromptEndIsNoQueueChange: the queue shrinks at every end of a
+// prompt, and the server says which prompt ended (execution_success,
+// execution_error, execution_interrupted) before its status broadcast. A
+// shrink so explained asks nothing of the server: a client that keeps
+// two prompts in the server's queue, as a pool with two in flight does,
+// sends no GET /queue (it used to send one per prompt). On a server that
+// announces ends only after the broadcast (before execution_success), the
+// shrink is checked as before.
+func TestOwnPromptEndIsNoQueueChange(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoExecutionSuccess=%v", old), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				boom := comfytest.NodeBehavior{
+					Inputs:     []comfytest.InputSpec{{Name: "seed", Type: "INT", Required: true}},
+					OutputNode: true,
+					Fail:       &comfytest.Failure{ExceptionType: "RuntimeError", ExceptionMessage: "boom"},
+				}
+				srv := inMemory(t, &comfytest.Options{
+					Dialect: comfytest.Dialect{NoExecutionSuccess: old},
+					Nodes:   map[string]comfytest.NodeBehavior{"Boom": boom},
+				})
+				c := runClient(t, srv, nil)
+				var prompts []*comfy.Prompt
+				for i := range 12 {
+					wf := samplerWF(t, 80+i, 2)
+					if i%3 == 2 { // an error ends it too
+						wf = parseWF(t, fmt.Appendf(nil, `{"1":{"class_type":"Boom","inputs":{"seed":%d}}}`, i))
+					}
+					p, err := c.Submit(t.Context(), wf, nil)
+					require.NoError(t, err)
+					prompts = append(prompts, p)
+				}
+				for _, p := range prompts {
+					_, _ = p.Wait(t.Context())
+				}
+				synctest.Wait()
+				var queueReads int
+				for _, r := range srv.Requests() {
+					if r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/queue") {
+						queueReads++
+					}
+				}
+				if old {
+					assert.Positive(t, queueReads, "the shrink comes before the end: checked")
+				} else {
+					assert.Zero(t, queueReads)
+				}
+			})
+		})
+	}
 }
