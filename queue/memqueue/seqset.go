@@ -14,11 +14,19 @@ import (
 // such as "queued"). Add and remove cost O(log chunks) plus, for arrays,
 // a copy of at most 8 KiB; next and prev find the neighbour of a number in
 // O(log chunks) plus a word scan.
+//
+// A set of at most smallMax numbers that never had more (most workflow
+// keys and metadata values name one job or a few) keeps them in small,
+// sorted, and no chunk: one object, not five, for the collector to mark.
 type seqset struct {
-	keys   []uint64 // sorted chunk keys (seq >> 16)
+	keys   []uint64 // sorted chunk keys (seq >> 16); nil while small holds the set
 	chunks []*chunk
 	n      int
+	small  [smallMax]uint64 // the members, sorted, while chunks is nil
 }
+
+// smallMax is how many numbers a set holds without chunks.
+const smallMax = 4
 
 const (
 	arrayMax = 4096 // a larger array becomes a bitmap
@@ -46,6 +54,28 @@ func (s *seqset) find(k uint64) (int, bool) {
 }
 
 func (s *seqset) add(x uint64) {
+	if s.chunks == nil {
+		i, ok := slices.BinarySearch(s.small[:s.n], x)
+		if ok {
+			return
+		}
+		if s.n < smallMax {
+			copy(s.small[i+1:s.n+1], s.small[i:s.n])
+			s.small[i] = x
+			s.n++
+			return
+		}
+		// One too many: the set moves into chunks for good.
+		members := s.small
+		s.n = 0
+		for _, v := range members {
+			s.addChunked(v)
+		}
+	}
+	s.addChunked(x)
+}
+
+func (s *seqset) addChunked(x uint64) {
 	k, lo := x>>16, uint16(x)
 	i, ok := s.find(k)
 	if !ok {
@@ -64,6 +94,13 @@ func (s *seqset) add(x uint64) {
 }
 
 func (s *seqset) remove(x uint64) {
+	if s.chunks == nil {
+		if i, ok := slices.BinarySearch(s.small[:s.n], x); ok {
+			copy(s.small[i:], s.small[i+1:s.n])
+			s.n--
+		}
+		return
+	}
 	k, lo := x>>16, uint16(x)
 	i, ok := s.find(k)
 	if !ok || !s.chunks[i].remove(lo) {
@@ -79,12 +116,22 @@ func (s *seqset) remove(x uint64) {
 }
 
 func (s *seqset) has(x uint64) bool {
+	if s.chunks == nil {
+		_, ok := slices.BinarySearch(s.small[:s.n], x)
+		return ok
+	}
 	i, ok := s.find(x >> 16)
 	return ok && s.chunks[i].has(uint16(x))
 }
 
 // next returns the smallest member >= x.
 func (s *seqset) next(x uint64) (uint64, bool) {
+	if s.chunks == nil {
+		if i, _ := slices.BinarySearch(s.small[:s.n], x); i < s.n {
+			return s.small[i], true
+		}
+		return 0, false
+	}
 	i, ok := s.find(x >> 16)
 	if ok {
 		if lo, ok := s.chunks[i].next(uint16(x)); ok {
@@ -102,6 +149,16 @@ func (s *seqset) next(x uint64) (uint64, bool) {
 
 // prev returns the largest member <= x.
 func (s *seqset) prev(x uint64) (uint64, bool) {
+	if s.chunks == nil {
+		i, ok := slices.BinarySearch(s.small[:s.n], x)
+		if ok {
+			return x, true
+		}
+		if i > 0 {
+			return s.small[i-1], true
+		}
+		return 0, false
+	}
 	i, ok := s.find(x >> 16)
 	if ok {
 		if lo, ok := s.chunks[i].prev(uint16(x)); ok {
@@ -120,6 +177,11 @@ func (s *seqset) prev(x uint64) (uint64, bool) {
 func (s *seqset) countRange(lo, hi uint64) int {
 	if lo >= hi {
 		return 0
+	}
+	if s.chunks == nil {
+		i, _ := slices.BinarySearch(s.small[:s.n], lo)
+		j, _ := slices.BinarySearch(s.small[:s.n], hi)
+		return j - i
 	}
 	n := 0
 	i, _ := s.find(lo >> 16)

@@ -95,3 +95,59 @@ func TestSeqsetMatchesReference(t *testing.T) {
 	_, ok = s.prev(1 << 40)
 	require.False(t, ok)
 }
+
+// TestSeqsetSmall checks a set that starts small (members inline, no
+// chunk) against a plain sorted set, through the step into chunks (the
+// fifth member) and after it, with every query at every boundary.
+func TestSeqsetSmall(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 8))
+	values := []uint64{0, 1, 2, 9, 70_000, 70_001, 1 << 33, 1<<33 + 5}
+	for round := range 2_000 {
+		var s seqset
+		ref := map[uint64]bool{}
+		most := 0
+		for step := range 12 {
+			x := values[rng.IntN(len(values))]
+			if rng.IntN(3) > 0 {
+				s.add(x)
+				ref[x] = true
+			} else {
+				s.remove(x)
+				delete(ref, x)
+			}
+			most = max(most, len(ref))
+			if most <= smallMax {
+				require.Nil(t, s.chunks, "round %d step %d: a set that never held more than %d has no chunk", round, step, smallMax)
+			}
+			want := make([]uint64, 0, len(ref))
+			for v := range ref {
+				want = append(want, v)
+			}
+			slices.Sort(want)
+			require.Equal(t, len(want), s.len())
+			for _, y := range append(values, 3, 1<<33+6, 1<<40) {
+				require.Equal(t, ref[y], s.has(y), "has(%d)", y)
+				i, found := slices.BinarySearch(want, y)
+				n, ok := s.next(y)
+				require.Equal(t, i < len(want), ok, "next(%d)", y)
+				if ok {
+					require.Equal(t, want[i], n, "next(%d)", y)
+				}
+				j := i
+				if !found {
+					j--
+				}
+				p, ok := s.prev(y)
+				require.Equal(t, j >= 0, ok, "prev(%d)", y)
+				if ok {
+					require.Equal(t, want[j], p, "prev(%d)", y)
+				}
+				for _, z := range values {
+					hi, _ := slices.BinarySearch(want, z)
+					require.Equal(t, max(hi-i, 0), s.countRange(y, z), "countRange(%d, %d)", y, z)
+				}
+			}
+		}
+	}
+}
