@@ -68,6 +68,15 @@ type ClientOptions struct {
 	// X-API-Key entry in Header.
 	APIKey string
 
+	// ComfyOrgAPIKey is a platform.comfy.org API key (keys start with
+	// "comfyui-") for partner "API nodes" in a workflow, which take it
+	// from the prompt, not from a header: the client puts it in every
+	// prompt's extra_data as api_key_comfy_org, unless the prompt's own
+	// extra data has that entry. A secret like the others: scrubbed from
+	// errors, logs and what the client returns (servers since 2025-07 strip
+	// it from history, since 2025-10 from /queue). Defaults to "": none.
+	ComfyOrgAPIKey string
+
 	// Logger receives the client's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 

@@ -294,6 +294,17 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 		r.Prompt = wf
 		req = &r
 	}
+	if key := c.opts.ComfyOrgAPIKey; key != "" {
+		if _, set := req.ExtraData[ExtraComfyOrgAPIKey]; !set {
+			r := *req
+			r.ExtraData = maps.Clone(req.ExtraData)
+			if r.ExtraData == nil {
+				r.ExtraData = map[string]any{}
+			}
+			r.ExtraData[ExtraComfyOrgAPIKey] = key
+			req = &r
+		}
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: %w", c.prefix(), ErrInvalidWorkflow, err)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -591,4 +592,51 @@ func TestQueuePromptNodeWithoutInputs(t *testing.T) {
 	assert.JSONEq(t, `{}`, string(body.Prompt["1"]["inputs"]))
 	assert.JSONEq(t, `{"images": ["1", 0]}`, string(body.Prompt["2"]["inputs"]))
 	assert.Nil(t, wf["1"].Inputs, "the caller's workflow is unchanged")
+}
+
+// ComfyOrgAPIKey goes out in every prompt's extra_data as
+// api_key_comfy_org, for partner API nodes; a prompt that names its own
+// key keeps it; the caller's extra data is not changed; and a server
+// that echoes the key in a validation error (an old server's /queue or
+// a node's message) does not get it into the error.
+func TestQueuePromptComfyOrgAPIKey(t *testing.T) {
+	const key = "comfyui-0123456789abcdef"
+	var sent [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sent = append(sent, b)
+		if len(sent) == 3 {
+			jsonBody(400, `{"error": {"type": "invalid_prompt", "message": "bad key `+key+`", "details": "", "extra_info": {}}, "node_errors": {}}`)(w, r)
+			return
+		}
+		jsonBody(200, `{"prompt_id": "p", "number": 0, "node_errors": {}}`)(w, r)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, &comfy.ClientOptions{ComfyOrgAPIKey: key})
+	wf := comfy.Workflow{"1": {ClassType: "SaveImage", Inputs: map[string]any{}}}
+	extra := func(i int) map[string]any {
+		var body struct {
+			ExtraData map[string]any `json:"extra_data"`
+		}
+		require.NoError(t, json.Unmarshal(sent[i], &body))
+		return body.ExtraData
+	}
+
+	_, err := c.QueuePrompt(t.Context(), &comfy.PromptRequest{Prompt: wf})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{comfy.ExtraComfyOrgAPIKey: key}, extra(0))
+
+	mine := map[string]any{"extra_pnginfo": map[string]any{"workflow": "w"}, comfy.ExtraComfyOrgAPIKey: "comfyui-mine"}
+	_, err = c.QueuePrompt(t.Context(), &comfy.PromptRequest{Prompt: wf, ExtraData: mine})
+	require.NoError(t, err)
+	assert.Equal(t, "comfyui-mine", extra(1)[comfy.ExtraComfyOrgAPIKey], "the prompt's own key wins")
+
+	theirs := map[string]any{"extra_pnginfo": "x"}
+	_, err = c.QueuePrompt(t.Context(), &comfy.PromptRequest{Prompt: wf, ExtraData: theirs})
+	var pe *comfy.PromptError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, map[string]any{"extra_pnginfo": "x", comfy.ExtraComfyOrgAPIKey: key}, extra(2))
+	assert.Equal(t, map[string]any{"extra_pnginfo": "x"}, theirs, "the caller's map is unchanged")
+	assert.NotContains(t, err.Error(), key)
+	assert.NotContains(t, fmt.Sprintf("%+v", pe), key)
 }

@@ -110,7 +110,7 @@ func newScrubber(values ...string) *scrubber {
 // basic-auth "user:pass", the bearer and query tokens, the Cloud API key,
 // the extra header values.
 func secretValues(o *ClientOptions) []string {
-	out := []string{o.Password, o.BearerToken, o.QueryToken, o.APIKey}
+	out := []string{o.Password, o.BearerToken, o.QueryToken, o.APIKey, o.ComfyOrgAPIKey}
 	if o.Username != "" {
 		out = append(out, o.Username+":"+o.Password)
 	}

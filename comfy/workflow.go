@@ -274,6 +274,14 @@ func asIndex(v any) (int, bool) {
 	return 0, false
 }
 
+// Keys of a prompt's extra_data that hold credentials: partner "API
+// nodes" read a platform.comfy.org key from them (see
+// ClientOptions.ComfyOrgAPIKey). Servers strip both from what they store.
+const (
+	ExtraComfyOrgAPIKey    = "api_key_comfy_org"
+	ExtraComfyOrgAuthToken = "auth_token_comfy_org" // the frontend's login token
+)
+
 // PromptRequest is the body of POST /prompt. Only Prompt is required.
 type PromptRequest struct {
 	// Prompt is the API-format workflow to run.
