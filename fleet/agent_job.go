@@ -220,7 +220,7 @@ func (j *runJob) execute() (*comfy.Result, error) {
 			}
 		}
 	}
-	prompt, err := s.comfy.Submit(ctx, wf, &comfy.RunOptions{PromptID: j.w.PromptID, OnMessage: j.onMessage})
+	prompt, err := s.comfy.Submit(ctx, wf, &comfy.RunOptions{PromptID: j.w.PromptID, ExtraData: j.w.ExtraData, OnMessage: j.onMessage})
 	if err != nil {
 		if mayHaveLanded(err) { // the server may hold it: it must not run beside the retry
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

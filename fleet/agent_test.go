@@ -136,10 +136,12 @@ func TestAgentRunsJobsWithProgressAndPreviews(t *testing.T) {
 	require.Len(t, prompts, 1)
 	assert.Equal(t, res.PromptID, prompts[0].PromptID, "submitted under the pool's prompt id")
 
-	// An input file travels through its signed URL to the server.
+	// An input file travels through its signed URL to the server, and
+	// the job's extra data into the prompt.
 	input := pngOf(t, 16, 16)
 	id2, err := b.pool.Enqueue(t.Context(), mustWF(t, wfLoad), &pool.EnqueueOpts{
-		Inputs: []pool.InputFile{{Name: "photo.png", Data: input, Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}},
+		Inputs:    []pool.InputFile{{Name: "photo.png", Data: input, Targets: []pool.InputTarget{{Node: "1", Input: "image"}}}},
+		ExtraData: map[string]any{"extra_pnginfo": map[string]any{"workflow": "w"}},
 	})
 	require.NoError(t, err)
 	_, err = b.pool.Wait(t.Context(), id2)
@@ -147,6 +149,7 @@ func TestAgentRunsJobsWithProgressAndPreviews(t *testing.T) {
 	prompts = srv.Prompts()
 	require.Len(t, prompts, 2)
 	assert.Contains(t, string(prompts[1].Prompt), `"image":"photo.png"`)
+	assert.Equal(t, map[string]any{"workflow": "w"}, prompts[1].ExtraData["extra_pnginfo"])
 }
 
 // Cancel interrupts the agent's prompt within one heartbeat interval (its

@@ -485,7 +485,7 @@ func (h *Handler) jobWireOf(ctx context.Context, j *pool.RemoteJob) (jobWire, er
 	if err != nil {
 		return jobWire{}, fmt.Errorf("%w: %w", comfy.ErrInvalidWorkflow, err)
 	}
-	jw := jobWire{ID: j.ID, PromptID: j.PromptID, Attempt: j.Attempt, Workflow: wf, Metadata: j.Metadata}
+	jw := jobWire{ID: j.ID, PromptID: j.PromptID, Attempt: j.Attempt, Workflow: wf, Metadata: j.Metadata, ExtraData: j.ExtraData}
 	for i, in := range j.Inputs {
 		ref, ok := j.StoredInput(i)
 		if !ok || (ref.Store != "" && ref.Store != h.cfg.Files.Name()) {

@@ -83,6 +83,8 @@ type jobWire struct {
 	Workflow json.RawMessage   `json:"workflow"`
 	Inputs   []inputWire       `json:"inputs,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// ExtraData is the prompt's extra_data (EnqueueOpts.ExtraData).
+	ExtraData map[string]any `json:"extra_data,omitempty"`
 }
 
 type inputWire struct {

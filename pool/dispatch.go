@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -471,8 +472,13 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
 	posted.Store(true)
+	extra := maps.Clone(js.opts.ExtraData)
+	if extra == nil {
+		extra = make(map[string]any, 1)
+	}
+	extra[extraJobKey] = js.id // leases.go: whoever takes the prompt over knows its job
 	prompt, err := p.submit(subCtx, b, js, &comfy.RunOptions{PromptID: promptID, OnMessage: onMsg,
-		ExtraData: map[string]any{extraJobKey: js.id}}) // inputs.go: uploads input files first
+		ExtraData: extra}) // inputs.go: uploads input files first
 	if (errors.Is(err, errStartTimeout) || errors.Is(err, context.Canceled)) && errors.Is(context.Cause(cutCtx), errStartTimeout) {
 		err = &TimeoutError{Which: "start"} // (not an answer that came as it fired)
 	}

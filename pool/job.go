@@ -68,7 +68,21 @@ type EnqueueOpts struct {
 	// total is bounded by Config.MaxDownloadBytes; a download that fails
 	// counts as a backend fault (the job is retried elsewhere).
 	DownloadOutputs bool
+	// ExtraData is sent with each of the job's prompts as the prompt's
+	// extra_data: extra_pnginfo (which SaveImage embeds in the PNG; the
+	// ComfyUI frontend puts {"workflow": <its graph>} there),
+	// preview_method, and the like. It is kept in the job's record, so it
+	// must encode as JSON, and it holds no credentials: the keys client_id,
+	// api_key_comfy_org and auth_token_comfy_org, and the Pool's own
+	// comfypool_job, are refused with ErrInvalid (give a partner node's
+	// key to the backends' clients: comfy.ClientOptions.ComfyOrgAPIKey).
+	// Copied (shallowly).
+	ExtraData map[string]any
 }
+
+// reservedExtra are the extra_data keys a job may not set (see
+// EnqueueOpts.ExtraData).
+var reservedExtra = []string{"client_id", extraJobKey, comfy.ExtraComfyOrgAPIKey, comfy.ExtraComfyOrgAuthToken}
 
 // Timeouts bound a job's phases. Each field defaults to 0: no limit.
 // Negative values are invalid.
@@ -99,6 +113,7 @@ func (o *EnqueueOpts) clone() EnqueueOpts {
 	c.ExcludeBackends = slices.Clone(o.ExcludeBackends)
 	c.Inputs = cloneInputs(o.Inputs)
 	c.PreferBackends = slices.Clone(o.PreferBackends)
+	c.ExtraData = maps.Clone(o.ExtraData)
 	return c
 }
 
@@ -114,6 +129,11 @@ func (o *EnqueueOpts) validate() error {
 		return fmt.Errorf("%w: EnqueueOpts.PreferBackends cannot contain an empty name", ErrInvalid)
 	case o.Timeouts.Queue < 0 || o.Timeouts.Start < 0 || o.Timeouts.Overall < 0:
 		return fmt.Errorf("%w: EnqueueOpts.Timeouts cannot be negative", ErrInvalid)
+	}
+	for _, k := range reservedExtra {
+		if _, ok := o.ExtraData[k]; ok {
+			return fmt.Errorf("%w: EnqueueOpts.ExtraData cannot set %q (credentials go in comfy.ClientOptions.ComfyOrgAPIKey)", ErrInvalid, k)
+		}
 	}
 	return o.validateText()
 }
@@ -410,7 +430,7 @@ func (p *WorkflowPool) rebuild(ctx context.Context, qj *queue.Job) (*jobState, e
 			IdempotencyKey: qj.IdempotencyKey, Tags: userTags(qj.Requires),
 			ExcludeBackends: slices.Clone(qj.ExcludeBackends), PreferBackends: s.PreferBackends,
 			Timeouts:        Timeouts{Queue: s.QueueTimeout, Start: s.StartTimeout, Overall: s.OverallTimeout},
-			DownloadOutputs: s.DownloadOutputs,
+			DownloadOutputs: s.DownloadOutputs, ExtraData: s.extraData(),
 		},
 	}
 	for _, a := range qj.Attempts {

@@ -165,6 +165,14 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 		PreferBackends: o.PreferBackends, DownloadOutputs: o.DownloadOutputs,
 		Reservation: reservation, Reserved: reserved,
 	}
+	if len(o.ExtraData) > 0 {
+		raw, err := json.Marshal(o.ExtraData)
+		if err != nil {
+			refund(err)
+			return "", fmt.Errorf("%w: EnqueueOpts.ExtraData: %v", ErrInvalid, err)
+		}
+		s.ExtraData = raw
+	}
 	if d := o.Timeouts.Queue; d > 0 {
 		s.QueueDeadline = now.Add(d)
 	}

@@ -51,6 +51,22 @@ type spec struct {
 	// Reserve succeeded (one Consume or Refund is due).
 	Reservation string `json:"reservation,omitempty"`
 	Reserved    bool   `json:"reserved,omitempty"`
+	// ExtraData is EnqueueOpts.ExtraData, as a JSON object.
+	ExtraData json.RawMessage `json:"extra_data,omitempty"`
+}
+
+// extraData returns ExtraData as a map whose values are the JSON of each
+// entry (they are sent as they were encoded), or nil.
+func (s *spec) extraData() map[string]any {
+	var raw map[string]json.RawMessage
+	if len(s.ExtraData) == 0 || json.Unmarshal(s.ExtraData, &raw) != nil || len(raw) == 0 {
+		return nil
+	}
+	m := make(map[string]any, len(raw))
+	for k, v := range raw {
+		m[k] = v
+	}
+	return m
 }
 
 // specInput is an InputFile as the record keeps it.
@@ -70,7 +86,7 @@ type specInput struct {
 // isZero reports whether s holds nothing (the Payload is then empty).
 func (s *spec) isZero() bool {
 	return s.StartTimeout == 0 && s.QueueTimeout == 0 && s.OverallTimeout == 0 &&
-		len(s.PreferBackends) == 0 && !s.DownloadOutputs && len(s.Inputs) == 0 && !s.Reserved && s.Reservation == ""
+		len(s.PreferBackends) == 0 && !s.DownloadOutputs && len(s.Inputs) == 0 && !s.Reserved && s.Reservation == "" && len(s.ExtraData) == 0
 }
 
 func (s *spec) encode() ([]byte, error) {

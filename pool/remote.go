@@ -244,6 +244,9 @@ type RemoteJob struct {
 	Inputs []InputFile
 	// Metadata is the job's EnqueueOpts.Metadata.
 	Metadata map[string]string
+	// ExtraData is the job's EnqueueOpts.ExtraData, for the prompt's
+	// extra_data (comfy.RunOptions.ExtraData).
+	ExtraData map[string]any
 
 	p     *WorkflowPool
 	rp    *remotePrompt
@@ -457,7 +460,8 @@ func (p *WorkflowPool) submitRemote(b *backend, js *jobState, promptID string, a
 	j := &RemoteJob{
 		ID: js.id, PromptID: promptID, Attempt: attempt, Backend: b.cfg.Name,
 		Workflow: js.wf.Clone(), Inputs: slices.Clone(js.opts.Inputs), Metadata: maps.Clone(js.opts.Metadata),
-		p: p, rp: rp, onMsg: onMsg,
+		ExtraData: maps.Clone(js.opts.ExtraData),
+		p:         p, rp: rp, onMsg: onMsg,
 	}
 	p.mu.Unlock()
 	hand <- j // 1-buffered, sent once
