@@ -51,26 +51,7 @@ func TestSeqsetMatchesReference(t *testing.T) {
 		require.Equal(t, len(want), s.len(), "step %d", step)
 		for range 50 {
 			y := pick()
-			require.Equal(t, ref[y], s.has(y))
-			i, _ := slices.BinarySearch(want, y)
-			n, ok := s.next(y)
-			require.Equal(t, i < len(want), ok, "next(%d)", y)
-			if ok {
-				require.Equal(t, want[i], n, "next(%d)", y)
-			}
-			j, found := slices.BinarySearch(want, y)
-			if !found {
-				j--
-			}
-			p, ok := s.prev(y)
-			require.Equal(t, j >= 0, ok, "prev(%d)", y)
-			if ok {
-				require.Equal(t, want[j], p, "prev(%d)", y)
-			}
-			z := y + uint64(rng.IntN(3<<16))
-			lo, _ := slices.BinarySearch(want, y)
-			hi, _ := slices.BinarySearch(want, z)
-			require.Equal(t, hi-lo, s.countRange(y, z), "countRange(%d, %d)", y, z)
+			checkSeqset(t, &s, want, y, y+uint64(rng.IntN(3<<16)))
 		}
 	}
 	// The last chunk is kept when it empties, and reused by the next.
@@ -127,27 +108,34 @@ func TestSeqsetSmall(t *testing.T) {
 			slices.Sort(want)
 			require.Equal(t, len(want), s.len())
 			for _, y := range append(values, 3, 1<<33+6, 1<<40) {
-				require.Equal(t, ref[y], s.has(y), "has(%d)", y)
-				i, found := slices.BinarySearch(want, y)
-				n, ok := s.next(y)
-				require.Equal(t, i < len(want), ok, "next(%d)", y)
-				if ok {
-					require.Equal(t, want[i], n, "next(%d)", y)
-				}
-				j := i
-				if !found {
-					j--
-				}
-				p, ok := s.prev(y)
-				require.Equal(t, j >= 0, ok, "prev(%d)", y)
-				if ok {
-					require.Equal(t, want[j], p, "prev(%d)", y)
-				}
 				for _, z := range values {
-					hi, _ := slices.BinarySearch(want, z)
-					require.Equal(t, max(hi-i, 0), s.countRange(y, z), "countRange(%d, %d)", y, z)
+					checkSeqset(t, &s, want, y, z)
 				}
 			}
 		}
 	}
+}
+
+// checkSeqset checks s's answers about y (has, next, prev) and about
+// [y, z) (countRange) against want, the members in order.
+func checkSeqset(t *testing.T, s *seqset, want []uint64, y, z uint64) {
+	t.Helper()
+	i, found := slices.BinarySearch(want, y)
+	require.Equal(t, found, s.has(y), "has(%d)", y)
+	n, ok := s.next(y)
+	require.Equal(t, i < len(want), ok, "next(%d)", y)
+	if ok {
+		require.Equal(t, want[i], n, "next(%d)", y)
+	}
+	j := i
+	if !found {
+		j--
+	}
+	p, ok := s.prev(y)
+	require.Equal(t, j >= 0, ok, "prev(%d)", y)
+	if ok {
+		require.Equal(t, want[j], p, "prev(%d)", y)
+	}
+	hi, _ := slices.BinarySearch(want, z)
+	require.Equal(t, max(hi-i, 0), s.countRange(y, z), "countRange(%d, %d)", y, z)
 }
