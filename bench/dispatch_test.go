@@ -164,8 +164,8 @@ func BenchmarkDispatch30x10k(b *testing.B) {
 // same work on the servers: 20,000 jobs on 300 backends, prompts of 2 s
 // on average, 1,500 jobs run. enqueue-us/job includes the dispatcher's
 // wake-ups: the queue is paused while the jobs are enqueued, but each
-// enqueue wakes the dispatcher, which claims the idle backends and tries
-// a lease for each.
+// enqueue wakes the dispatcher, which reads the paused scopes (once a
+// round of leases found nothing) and leases nothing.
 //
 //   - chain10, chain10-distinct: 10-node chains of one structure, and of
 //     1,024 (each lease looks at every workflow with waiting jobs).

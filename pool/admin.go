@@ -350,6 +350,13 @@ func (s PauseScope) validate() error {
 // (the pause is kept in the queue): no backend leases them until Resume.
 // Jobs already running go on; paused jobs stay queued, and their queue
 // and overall timeouts run. Pausing a paused scope changes nothing.
+//
+// While the whole queue is paused, a Pool's wake-ups (an enqueue, a
+// prompt's end) cost one read of the paused scopes, not a Lease for each
+// free backend; a paused workflow likewise spares the backends bound to
+// paused workflows only (BackendConfig.Workflows). A backend that may
+// run a job no paused scope covers (any backend, under a tag's pause)
+// still leases at each wake-up.
 func (p *WorkflowPool) Pause(ctx context.Context, s PauseScope) error {
 	if err := p.setPaused(ctx, s, true); err != nil {
 		return err

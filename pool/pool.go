@@ -53,6 +53,12 @@ type WorkflowPool struct {
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 
+	// dry is set while the last Lease this Pool made found no job;
+	// pauses holds the paused scopes the dispatcher read at its last
+	// wake-up, nil when it did not read them (see readPauses).
+	dry    atomic.Bool
+	pauses atomic.Pointer[pauseGate]
+
 	remoteMu sync.Mutex
 	remoteCh chan struct{} // guarded by remoteMu: closed at the next dispatch round (remote.go)
 
