@@ -158,7 +158,10 @@ type Driver interface {
 
 	// SetPaused pauses (or resumes) a scope: Lease returns no job that a
 	// paused scope covers. Pausing is idempotent; resuming signals
-	// readiness ([Notifier]).
+	// readiness ([Notifier]) on every driver sharing the store, as an
+	// enqueue does: a dispatcher that leases nothing while the paused
+	// scopes cover every job it could lease (as pool's does) waits for
+	// that wake-up to read them again.
 	SetPaused(ctx context.Context, s PauseScope, paused bool) error
 	// Paused returns the paused scopes, in any order.
 	Paused(ctx context.Context) ([]PauseScope, error)

@@ -338,6 +338,33 @@ func TestEnqueueIDsCopy(t *testing.T) {
 	assert.NoError(t, err, "a refused batch holds no key")
 }
 
+// TestResumeReadiesEveryDriver: a scope resumed through one driver fires
+// Ready on another on the same schema (another process), through the
+// notification: the drivers poll once an hour. A pool that leases
+// nothing while the paused scopes cover every job it could lease waits
+// for this wake-up.
+func TestResumeReadiesEveryDriver(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Pool(t, 4)
+	schema := migratedSchema(t, db)
+	q1 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema, PollInterval: time.Hour}))
+	q2 := queue.New(openDriver(t, db, pgqueue.Config{Schema: schema, PollInterval: time.Hour}))
+	ctx := t.Context()
+	for _, s := range []queue.PauseScope{{}, {Workflow: "A"}, {Tag: "gpu"}} {
+		require.NoError(t, q1.SetPaused(ctx, s, true))
+		select {
+		case <-q2.Ready(): // nothing else fires it here, but a pause may
+		default:
+		}
+		require.NoError(t, q1.SetPaused(ctx, s, false))
+		select {
+		case <-q2.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Ready did not fire on the other driver when %s was resumed", s)
+		}
+	}
+}
+
 // TestReadyWhenDue: Ready fires when a retry delay elapses on the
 // database's clock, with no call made meanwhile.
 func TestReadyWhenDue(t *testing.T) {

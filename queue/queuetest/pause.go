@@ -1,6 +1,8 @@
 package queuetest
 
 import (
+	"time"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,4 +64,32 @@ func testPauseScopes(e *env) {
 	p, err = q.Paused(e.ctx)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, []queue.PauseScope{{Workflow: "0-first"}}, p)
+}
+
+// testResumeReady: resuming a scope fires Ready (its jobs may have become
+// leasable), as an enqueue does. A dispatcher that leases nothing while
+// it reads every job it could lease as paused (as pool's does) waits for
+// this wake-up to look again. (A process sharing the queue gets it too:
+// each durable driver checks that in its own tests.)
+func testResumeReady(e *env) {
+	q := e.newQueue()
+	ready := q.Ready()
+	if ready == nil {
+		e.t.Skip("the driver has no readiness channel (queue.Notifier)")
+	}
+	for _, s := range []queue.PauseScope{{}, {Workflow: "A"}, {Tag: "gpu"}} {
+		e.setPaused(q, s, true)
+		select {
+		case <-ready: // a pause may wake, spuriously
+		default:
+		}
+		e.setPaused(q, s, false)
+		timer := time.NewTimer(changeWait)
+		select {
+		case <-ready:
+		case <-timer.C:
+			e.t.Fatalf("Ready did not fire when %s was resumed", s)
+		}
+		timer.Stop()
+	}
 }

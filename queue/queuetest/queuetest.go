@@ -125,7 +125,8 @@ func (e *env) leaseAll(q *queue.Queue, p queue.LeaseParams) []string {
 // driver can store refused, or cleaned in a failure's summary),
 // concurrent lessees, stats, the workflow store,
 // List (filters, order, pages under concurrent enqueues, counts), the
-// change feed (including gaps), pause scopes, Retry, Purge, settlement
+// change feed (including gaps), pause scopes (and the wake-up of a
+// resume), Retry, Purge, settlement
 // (drivers implementing [queue.Settler]: every way a job ends, Settle,
 // ClaimUnsettled's order, bounds, claims and concurrency, Retry and Purge
 // of unsettled jobs), isolation of returned jobs, argument validation and
@@ -213,6 +214,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	run("ChangesGap", false, testChangesGap)
 	run("PauseAll", false, testPauseAll)
 	run("PauseScopes", false, testPauseScopes)
+	run("ResumeReady", false, testResumeReady)
 	run("Retry", false, testRetry)
 	run("Purge", false, testPurge)
 	run("PurgeFinishedBefore", true, testPurgeFinishedBefore)

@@ -126,3 +126,23 @@ func TestTwoProcesses(t *testing.T) {
 		assert.Equal(t, 1, n, "job %s leased once", id)
 	}
 }
+
+// TestResumeReadiesEveryDriver: a scope resumed through one driver fires
+// Ready on another on the same Prefix (another process), through the
+// pub/sub channel: the drivers poll once an hour. A pool that leases
+// nothing while the paused scopes cover every job it could lease waits
+// for this wake-up.
+func TestResumeReadiesEveryDriver(t *testing.T) {
+	t.Parallel()
+	ca, cb := redistest.Client(t, 4), redistest.Client(t, 4)
+	prefix := redistest.Prefix(t, ca)
+	qa := queue.New(newDriver(t, ca, &redisqueue.Config{Prefix: prefix, PollInterval: time.Hour}))
+	qb := queue.New(newDriver(t, cb, &redisqueue.Config{Prefix: prefix, PollInterval: time.Hour}))
+	ctx := t.Context()
+	for _, s := range []queue.PauseScope{{}, {Workflow: "A"}, {Tag: "gpu"}} {
+		require.NoError(t, qa.SetPaused(ctx, s, true))
+		drainReady(qb.Ready()) // nothing else fires it here, but a pause may
+		require.NoError(t, qa.SetPaused(ctx, s, false))
+		waitReady(t, qb.Ready(), "on B after A resumed "+s.String())
+	}
+}
