@@ -210,7 +210,10 @@ func (p *WorkflowPool) leaseOne(b *backend, prefer []string) *queue.Job {
 func (p *WorkflowPool) readPauses() *pauseGate {
 	var g *pauseGate
 	if p.dry.Load() && len(p.list()) > 1 {
-		if scopes, err := p.q.Paused(p.hardCtx); err == nil {
+		ctx, cancel := context.WithTimeout(p.hardCtx, 10*time.Second) // a hung store does not hold the dispatcher
+		scopes, err := p.q.Paused(ctx)
+		cancel()
+		if err == nil {
 			g = newPauseGate(scopes)
 		}
 	}
