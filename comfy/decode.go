@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -84,7 +83,37 @@ func splitNamed(b []byte, head, mid string, end byte) (name string, data []byte,
 	if !json.Valid(data) { // more keys or elements after data, say
 		return "", nil, false
 	}
-	return string(n), data, true
+	return typeName(n), data, true
+}
+
+// typeName returns n as a string: the constant for a message type this
+// package knows, so that a message costs no copy of its type's name.
+func typeName(n []byte) string {
+	switch string(n) {
+	case TypeStatus:
+		return TypeStatus
+	case TypeExecutionStart:
+		return TypeExecutionStart
+	case TypeExecutionCached:
+		return TypeExecutionCached
+	case TypeExecuting:
+		return TypeExecuting
+	case TypeProgress:
+		return TypeProgress
+	case TypeProgressState:
+		return TypeProgressState
+	case TypeExecuted:
+		return TypeExecuted
+	case TypeExecutionSuccess:
+		return TypeExecutionSuccess
+	case TypeExecutionError:
+		return TypeExecutionError
+	case TypeExecutionInterrupted:
+		return TypeExecutionInterrupted
+	case TypeFeatureFlags:
+		return TypeFeatureFlags
+	}
+	return string(n)
 }
 
 // jsonSpace is the whitespace JSON allows between tokens (bytes.TrimSpace
@@ -187,7 +216,7 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 		}
 		return &Progress{PromptID: string(w.PromptID), Node: string(w.Node), Value: float64(w.Value), Max: float64(w.Max)}, nil
 	case TypeProgressState:
-		if m, ok := decodeProgressStateDirect(data); ok {
+		if m, ok := progressStateInPlace(data); ok {
 			return m, nil
 		}
 		return decodeProgressStateLenient(data)
@@ -307,44 +336,6 @@ func decodeStatusLenient(data []byte) (*Status, error) {
 		return &Status{SID: string(w.SID), noQueue: true}, nil
 	}
 	return &Status{QueueRemaining: int(n), SID: string(w.SID)}, nil
-}
-
-// decodeProgressStateDirect decodes progress_state data as the server
-// sends it, straight into the [NodeProgress] values: a map per message,
-// where the lenient decoder builds two. ok is false for data of any other
-// shape (a node that is not an object, a field of another type, nodes
-// that is not an object), which decodeProgressStateLenient reads; where
-// both succeed they agree (TestDecodeProgressStateDirect).
-func decodeProgressStateDirect(data []byte) (*ProgressState, bool) {
-	var w struct {
-		PromptID lstr        `json:"prompt_id"`
-		Nodes    directNodes `json:"nodes"`
-	}
-	if unmarshalData(data, &w) != nil {
-		return nil, false
-	}
-	m := &ProgressState{PromptID: string(w.PromptID)}
-	if len(w.Nodes) > 0 {
-		m.Nodes = w.Nodes
-	}
-	return m, true
-}
-
-// directNodes is progress_state's nodes decoded by encoding/json into
-// NodeProgress, whose fields are the server's: any other shape is an
-// error. Each occurrence of the key replaces the map, as lmap does.
-type directNodes map[string]NodeProgress
-
-func (n *directNodes) UnmarshalJSON(b []byte) error {
-	if len(b) == 0 || b[0] != '{' {
-		return errors.New("nodes is not an object")
-	}
-	var m map[string]NodeProgress
-	if err := json.Unmarshal(b, &m); err != nil {
-		return err
-	}
-	*n = m
-	return nil
 }
 
 // decodeProgressStateLenient decodes progress_state data of any shape

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -631,5 +632,28 @@ func TestHistoryEntryOf(t *testing.T) {
 	for _, bad := range []string{`null`, `[]`, `{"a": 1} {}`, `{"a":`, `"x"`} {
 		_, err := historyEntryOf([]byte(bad), pidA, false)
 		assert.Error(t, err, bad)
+	}
+}
+
+// BenchmarkDecodePrompt decodes the text frames a real server sent for
+// one prompt of three nodes (comfytest/testdata/a_0.txt): B/op is what
+// the messages of a prompt cost to decode.
+func BenchmarkDecodePrompt(b *testing.B) {
+	f, err := os.ReadFile("comfytest/testdata/a_0.txt")
+	require.NoError(b, err)
+	var frames [][]byte
+	for line := range bytes.Lines(f) {
+		if frame, ok := bytes.CutPrefix(bytes.TrimRight(line, "\n"), []byte("<- ")); ok {
+			frames = append(frames, frame)
+		}
+	}
+	require.Len(b, frames, 22)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, frame := range frames {
+			if _, err := DecodeMessage(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
