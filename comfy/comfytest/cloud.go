@@ -226,7 +226,7 @@ func (s *Server) cloudGetQueue(w http.ResponseWriter, _ *http.Request) {
 	}
 	b := pyJSON(omap{{"queue_running", running}, {"queue_pending", pending}})
 	s.mu.Unlock()
-	writeRaw(w, b)
+	writeBody(w, 200, b)
 }
 
 // cloudPostQueue serves POST /api/queue: as ComfyUI's, but answering

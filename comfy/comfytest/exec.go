@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -30,9 +31,9 @@ type cacheEntry struct {
 }
 
 // histEntry is a finished prompt's history entry, kept as its JSON (as
-// appendJSON writes it): a server keeps up to maxHistory of them, and as
-// trees of omap they were most of what a fake held and the garbage
-// collector walked in a long run.
+// pyJSON writes it, the form it is served in): a server keeps up to
+// maxHistory of them, and as trees of omap they were most of what a fake
+// held and the garbage collector walked in a long run.
 type histEntry struct {
 	id  string
 	raw rawJSON
@@ -187,7 +188,8 @@ func signatures(prompt omap, changed func(node any) string) map[string]string {
 			if src, slot, ok := isLink(v); ok {
 				h.Write([]byte("link:" + sig(src, depth+1) + ":" + strconv.Itoa(slot)))
 			} else {
-				h.Write(pyJSON(v))
+				var scratch [512]byte
+				h.Write(appendPyValue(scratch[:0], v))
 			}
 		}
 		v := hex.EncodeToString(h.Sum(nil))
@@ -347,10 +349,16 @@ func (s *Server) execute(ctx context.Context, t *task) {
 		}
 		entry = append(entry, kv{"meta", meta})
 	}
-	raw, err := appendJSON(nil, entry)
+	// Encoded into a pooled buffer, then copied once at its size: appended
+	// to from nil, the entry's JSON was copied at each doubling.
+	buf := getBuf()
+	b, err := appendPy(*buf, entry)
 	if err != nil { // a UI value of the user's that does not encode
-		raw, _ = appendJSON(nil, omap{{"comfytest_encode_error", err.Error()}})
+		b, _ = appendPy((*buf)[:0], omap{{"comfytest_encode_error", err.Error()}})
 	}
+	raw := rawJSON(bytes.Clone(b))
+	*buf = b
+	putBuf(buf)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ctx.Err() != nil {

@@ -16,8 +16,18 @@ import (
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
+// writeJSON answers v as pyJSON encodes it, encoded into a pooled buffer
+// (see getBuf): the ResponseWriter keeps nothing of what it was given
+// once Write returned.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b := pyJSON(v)
+	buf := getBuf()
+	*buf = appendPyValue(*buf, v)
+	writeBody(w, status, *buf)
+	putBuf(buf)
+}
+
+// writeBody answers b, JSON.
+func writeBody(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
@@ -108,13 +118,23 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		if methodOK(get) {
 			id := historyIDRE.FindStringSubmatch(p)[1]
 			s.mu.Lock()
-			out := omap{}
+			var raw rawJSON // an entry's raw is replaced, never changed
 			if h := s.historyLocked(id); h != nil {
-				out = omap{{id, h.raw}}
+				raw = h.raw
 			}
-			b := pyJSON(out)
 			s.mu.Unlock()
-			writeRaw(w, b)
+			buf := getBuf()
+			if raw == nil {
+				*buf = append(*buf, "{}"...)
+			} else { // as pyJSON(omap{{id, raw}})
+				*buf = append(*buf, '{')
+				*buf = appendPyString(*buf, id)
+				*buf = append(*buf, ": "...)
+				*buf = append(*buf, raw...)
+				*buf = append(*buf, '}')
+			}
+			writeBody(w, 200, *buf)
+			putBuf(buf)
 		}
 	case p == "/interrupt":
 		if methodOK(post) {
@@ -218,13 +238,6 @@ func (s *Server) historyLocked(id string) *histEntry {
 		}
 	}
 	return found
-}
-
-func writeRaw(w http.ResponseWriter, b []byte) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(200)
-	_, _ = w.Write(b)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -390,7 +403,7 @@ func (s *Server) handleGetQueue(w http.ResponseWriter) {
 	}
 	b := pyJSON(omap{{"queue_running", running}, {"queue_pending", pending}})
 	s.mu.Unlock()
-	writeRaw(w, b)
+	writeBody(w, 200, b)
 }
 
 func (s *Server) handlePostQueue(w http.ResponseWriter, r *http.Request) {
@@ -479,9 +492,8 @@ func (s *Server) handleGetHistory(w http.ResponseWriter, r *http.Request) {
 	for _, e := range h {
 		out = append(out, kv{e.id, e.raw})
 	}
-	b := pyJSON(out)
 	s.mu.Unlock()
-	writeRaw(w, b)
+	writeJSON(w, 200, out)
 }
 
 func (s *Server) handlePostHistory(w http.ResponseWriter, r *http.Request) {

@@ -4,9 +4,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
+
+	"github.com/stretchr/testify/require"
 )
 
 // A recorded request gives back its header as it came: every key, every
@@ -63,4 +66,44 @@ func TestMaxRecords(t *testing.T) {
 			t.Errorf("the server holds %d records, want fewer than twice MaxRecords of each", held)
 		}
 	})
+}
+
+// TestWSQueueOrder: frames leave a socket's queue in the order they
+// entered it, whether the writer keeps up or lags, and the queue reuses
+// its array instead of growing while the writer is not far behind.
+func TestWSQueueOrder(t *testing.T) {
+	t.Parallel()
+	c := &wsConn{signal: make(chan struct{}, 1)}
+	next, want := 0, 0
+	push := func(n int) {
+		for range n {
+			c.enqueue(frame{data: []byte(strconv.Itoa(next))})
+			next++
+		}
+	}
+	pop := func(n int) {
+		t.Helper()
+		for range n {
+			c.mu.Lock()
+			f, ok := c.popLocked()
+			c.mu.Unlock()
+			require.True(t, ok)
+			require.Equal(t, strconv.Itoa(want), string(f.data))
+			want++
+		}
+	}
+	for range 100 { // the writer keeps up
+		push(3)
+		pop(3)
+	}
+	for range 100 { // the writer lags: two behind, then five, ...
+		push(5)
+		pop(3)
+	}
+	require.LessOrEqual(t, cap(c.q), 2*(len(c.q)-c.head), "an array for the frames waiting, not for all of them")
+	pop(next - want)
+	c.mu.Lock()
+	_, ok := c.popLocked()
+	c.mu.Unlock()
+	require.False(t, ok)
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -119,7 +120,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	return append(b, raw...), nil
 }
 
-// rawJSON is a value already encoded by appendJSON, written as it is.
+// rawJSON is a value already encoded by appendPy (Python's form),
+// written as it is.
 type rawJSON []byte
 
 // appendJSONString appends s quoted as marshalRaw quotes it (no HTML
@@ -172,17 +174,130 @@ func marshalRaw(v any) ([]byte, error) {
 }
 
 // pyJSON encodes v the way Python's json.dumps does by default: ", " and
-// ": " separators and non-ASCII characters escaped as \uXXXX.
+// ": " separators and non-ASCII characters escaped as \uXXXX. What it
+// returns is v's own; the hot paths (frames, answers) use appendPyValue
+// with a buffer from getBuf instead.
 func pyJSON(v any) []byte {
-	// raw stays on the stack unless v's JSON outgrows it: a history entry
-	// or a progress_state of a few nodes outgrew 512 bytes.
-	raw, err := appendJSON(make([]byte, 0, 4096), v)
+	// The scratch stays on the stack unless v's JSON outgrows it.
+	return bytes.Clone(appendPyValue(make([]byte, 0, 4096), v))
+}
+
+// appendPyValue appends v as pyJSON encodes it: when v does not encode (a
+// UI value of the user's, say; the values this package builds always do),
+// an object naming the error instead.
+func appendPyValue(b []byte, v any) []byte {
+	out, err := appendPy(b, v)
 	if err != nil {
-		// Only values built by this package are encoded; this cannot happen
-		// for them, but never panic on a user's UI value.
-		raw, _ = json.Marshal(map[string]string{"comfytest_encode_error": err.Error()})
+		return appendEncodeError(b, err)
 	}
-	out := make([]byte, 0, len(raw)+len(raw)/8)
+	return out
+}
+
+// appendEncodeError appends what pyJSON gives for a value that does not
+// encode.
+func appendEncodeError(b []byte, err error) []byte {
+	raw, _ := json.Marshal(map[string]string{"comfytest_encode_error": err.Error()})
+	return append(b, raw...)
+}
+
+// appendPy appends v in Python's form (see pyJSON): what appendJSON
+// writes, turned by appendPyForm, but written in that form at once for the
+// values the fake builds its messages from, without the compact text in
+// between. Other values go through marshalRaw and appendPyForm.
+func appendPy(b []byte, v any) ([]byte, error) {
+	switch t := v.(type) {
+	case omap:
+		b = append(b, '{')
+		for i, e := range t {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPyString(b, e.K)
+			b = append(b, ": "...)
+			var err error
+			if b, err = appendPy(b, e.V); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case []any:
+		if t == nil {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '[')
+		for i, e := range t {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			var err error
+			if b, err = appendPy(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case string:
+		return appendPyString(b, t), nil
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, t), nil
+	case int:
+		return strconv.AppendInt(b, int64(t), 10), nil
+	case int64:
+		return strconv.AppendInt(b, t, 10), nil
+	case pyFloat:
+		return append(b, pyFloatString(float64(t))...), nil
+	case rawJSON:
+		return append(b, t...), nil
+	}
+	raw, err := marshalRaw(v)
+	if err != nil {
+		return nil, err
+	}
+	return appendPyForm(b, raw), nil
+}
+
+// appendPyObject is appendPy for an object, for a caller that has an omap:
+// converted to an interface, it would cost a copy of its header. (appendPy
+// repeats its loop: calling it from there made the two functions mutually
+// recursive, and escape analysis then moved every caller's buffer to the
+// heap.)
+func appendPyObject(b []byte, m omap) ([]byte, error) {
+	b = append(b, '{')
+	for i, e := range m {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPyString(b, e.K)
+		b = append(b, ": "...)
+		var err error
+		if b, err = appendPy(b, e.V); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendPyString appends s quoted in Python's form: plain printable ASCII
+// as it is, anything else as marshalRaw quotes it, turned by
+// appendPyForm.
+func appendPyString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			raw, _ := marshalRaw(s) // a string always encodes
+			return appendPyForm(b, raw)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendPyForm appends raw, JSON as marshalRaw writes it (no space
+// between tokens), in Python's form: a space after every ',' and ':'
+// outside strings, and every non-ASCII character of a string escaped
+// (\uXXXX, a surrogate pair beyond the BMP).
+func appendPyForm(out, raw []byte) []byte {
 	inStr := false
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -219,6 +334,34 @@ func pyJSON(v any) []byte {
 		i++
 	}
 	return out
+}
+
+// bufPool holds encoding buffers, as *[]byte (see getBuf).
+var bufPool sync.Pool
+
+// maxPooledBuf bounds the buffers putBuf keeps: a larger one (a long
+// history, say) is left to the garbage collector.
+const maxPooledBuf = 64 << 10
+
+// getBuf returns an empty buffer to encode a frame or an answer into;
+// putBuf takes it back once the bytes are written. A fake that ran a
+// prompt allocated each of its frames and answers, and these were most
+// of its garbage.
+func getBuf() *[]byte {
+	if p, _ := bufPool.Get().(*[]byte); p != nil {
+		return p
+	}
+	b := make([]byte, 0, 1024)
+	return &b
+}
+
+// putBuf returns p, whose bytes nothing uses any more, to the pool.
+func putBuf(p *[]byte) {
+	if cap(*p) > maxPooledBuf {
+		return
+	}
+	*p = (*p)[:0]
+	bufPool.Put(p)
 }
 
 // decodeOrdered parses JSON keeping object key order: objects become omap,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -79,6 +81,64 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(refJSON(t, v)), string(got), "%#v", v)
 		assert.True(t, json.Valid(got), "%s", got)
+	}
+}
+
+// pyJSONTwoStep is pyJSON as it was before appendPy: the compact JSON of
+// appendJSON, turned into Python's form.
+func pyJSONTwoStep(t *testing.T, v any) []byte {
+	t.Helper()
+	raw, err := appendJSON(nil, v)
+	require.NoError(t, err)
+	return appendPyForm(nil, raw)
+}
+
+// TestAppendPyMatchesTwoStep: the fake writes Python's form at once as it
+// wrote it from the compact JSON, for values of every kind and for every
+// frame, decoded, that the real server sent.
+func TestAppendPyMatchesTwoStep(t *testing.T) {
+	t.Parallel()
+	vals := wireValues()
+	for _, frame := range transcriptFrames(t) {
+		v, err := decodeOrdered(frame)
+		require.NoError(t, err)
+		vals = append(vals, v)
+	}
+	for _, v := range vals {
+		want := pyJSONTwoStep(t, v)
+		got, err := appendPy([]byte("prefix"), v)
+		require.NoError(t, err)
+		assert.Equal(t, "prefix"+string(want), string(got), "%#v", v)
+		assert.Equal(t, string(want), string(pyJSON(v)))
+		if m, ok := v.(omap); ok {
+			got, err := appendPyObject(nil, m)
+			require.NoError(t, err)
+			assert.Equal(t, string(want), string(got))
+		}
+	}
+	bad := omap{{"ui", omap{{"x", func() {}}}}}
+	_, err := appendPy(nil, bad)
+	require.Error(t, err)
+	assert.JSONEq(t, `{"comfytest_encode_error": "json: unsupported type: func()"}`, string(pyJSON(bad)))
+	assert.Equal(t, string(pyJSON(bad)), string(appendPyMessage(nil, "executed", bad)))
+}
+
+// TestAppendPyMessageMatchesPyJSON: a frame is written as pyJSON writes
+// the message's object.
+func TestAppendPyMessageMatchesPyJSON(t *testing.T) {
+	t.Parallel()
+	for _, frame := range transcriptFrames(t) {
+		v, err := decodeOrdered(frame)
+		require.NoError(t, err)
+		m := v.(omap)
+		typ, _ := m.get("type")
+		data, _ := m.get("data")
+		d, ok := data.(omap)
+		if !ok {
+			continue
+		}
+		assert.Equal(t, string(pyJSON(m)), string(appendPyMessage(nil, typ.(string), d)))
+		assert.Equal(t, string(frame), string(appendPyMessage(nil, typ.(string), d)), "the server's own bytes")
 	}
 }
 
@@ -229,4 +289,24 @@ func FuzzRawMember(f *testing.F) {
 		f.Add(data, "prompt")
 	}
 	f.Fuzz(checkRawMember)
+}
+
+// transcriptFrames returns the text frames the real server sent in the
+// transcripts of testdata ("<- " lines).
+func transcriptFrames(t *testing.T) [][]byte {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.txt")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var out [][]byte
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		for line := range bytes.Lines(b) {
+			if frame, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("<- ")); ok {
+				out = append(out, frame)
+			}
+		}
+	}
+	return out
 }

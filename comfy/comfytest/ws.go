@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -15,6 +16,15 @@ import (
 type frame struct {
 	binary bool
 	data   []byte
+	buf    *[]byte // data's pooled buffer, returned once data is written (see getBuf); nil when data is its own
+}
+
+// release returns the frame's pooled buffer, if any: its bytes were
+// written, or never will be.
+func (f frame) release() {
+	if f.buf != nil {
+		putBuf(f.buf)
+	}
 }
 
 // wsConn is one accepted WebSocket. Frames are queued (unbounded, so the
@@ -25,7 +35,8 @@ type wsConn struct {
 	sid string
 
 	mu          sync.Mutex
-	q           []frame
+	q           []frame // q[head:] waits to be written
+	head        int
 	closed      bool
 	dropLeft    int
 	deafLeft    int
@@ -40,6 +51,13 @@ func (c *wsConn) enqueue(f frame) {
 	if c.closed {
 		c.mu.Unlock()
 		return
+	}
+	if c.head > 0 && (c.head == len(c.q) || c.head >= cap(c.q)/2) {
+		// Reuse the front, written already, rather than grow: as q[1:],
+		// the queue left its array behind at every append past its end.
+		n := copy(c.q, c.q[c.head:])
+		clear(c.q[n:])
+		c.q, c.head = c.q[:n], 0
 	}
 	c.q = append(c.q, f)
 	c.mu.Unlock()
@@ -70,6 +88,18 @@ func (c *wsConn) wantsPreviewMeta() bool {
 	return c.previewMeta
 }
 
+// popLocked takes the next frame to write; ok is false when there is
+// none, or the connection closed. c.mu is held.
+func (c *wsConn) popLocked() (f frame, ok bool) {
+	if c.head == len(c.q) || c.closed {
+		return frame{}, false
+	}
+	f = c.q[c.head]
+	c.q[c.head] = frame{}
+	c.head++
+	return f, true
+}
+
 // writer sends queued frames until the connection ends.
 func (c *wsConn) writer() {
 	// A write ends when the connection closes (Close, dropSockets and
@@ -84,15 +114,14 @@ func (c *wsConn) writer() {
 		}
 		for {
 			c.mu.Lock()
-			if len(c.q) == 0 || c.closed {
+			f, ok := c.popLocked()
+			if !ok {
 				c.mu.Unlock()
 				break
 			}
-			f := c.q[0]
-			c.q[0] = frame{}
-			c.q = c.q[1:]
 			if c.deaf {
 				c.mu.Unlock()
+				f.release()
 				continue
 			}
 			c.mu.Unlock()
@@ -100,7 +129,9 @@ func (c *wsConn) writer() {
 			if f.binary {
 				typ = websocket.MessageBinary
 			}
-			if err := c.c.Write(ctx, typ, f.data); err != nil {
+			err := c.c.Write(ctx, typ, f.data) // which keeps nothing of f.data once it returned
+			f.release()
+			if err != nil {
 				c.c.CloseNow()
 				return
 			}
@@ -212,7 +243,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	c.mu.Lock()
 	c.closed = true
-	c.q = nil
+	c.q, c.head = nil, 0
 	c.mu.Unlock()
 	close(c.done)
 	wwg.Wait()
@@ -240,16 +271,42 @@ func (s *Server) broadcastStatusLocked() {
 // sendLocked routes a JSON message: to the client when has is true (dropped
 // if it is not connected), otherwise to every registered socket. The
 // cloud dialect ignores client ids: every socket gets every message.
+//
+// The frame is encoded into a pooled buffer, which the socket's writer
+// returns once it wrote it; a frame for several sockets is copied once
+// for them all.
 func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
-	b := pyJSON(omap{{"type", typ}, {"data", data}})
-	if s.cloud != nil {
+	var one *wsConn
+	n := 0
+	switch {
+	case s.cloud != nil:
+		n = len(s.allConns)
 		for c := range s.allConns {
-			c.enqueue(frame{data: b})
+			one = c
 		}
+	case has:
+		if one = s.sockets[client]; one != nil {
+			n = 1
+		}
+	default:
+		n = len(s.sockets)
+		for _, c := range s.sockets {
+			one = c
+		}
+	}
+	if n == 0 {
 		return
 	}
-	if has {
-		if c := s.sockets[client]; c != nil {
+	buf := getBuf()
+	*buf = appendPyMessage(*buf, typ, data)
+	if n == 1 {
+		one.enqueue(frame{data: *buf, buf: buf})
+		return
+	}
+	b := bytes.Clone(*buf)
+	putBuf(buf)
+	if s.cloud != nil {
+		for c := range s.allConns {
 			c.enqueue(frame{data: b})
 		}
 		return
@@ -257,6 +314,21 @@ func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
 	for _, c := range s.sockets {
 		c.enqueue(frame{data: b})
 	}
+}
+
+// appendPyMessage appends the frame of a message, as pyJSON encodes
+// omap{{"type", typ}, {"data", data}}.
+func appendPyMessage(b []byte, typ string, data omap) []byte {
+	start := len(b)
+	b = append(b, `{"type": `...)
+	b = appendPyString(b, typ)
+	b = append(b, `, "data": `...)
+	b, err := appendPyObject(b, data)
+	if err != nil {
+		return appendEncodeError(b[:start], err) // as pyJSON answers
+
+	}
+	return append(b, '}')
 }
 
 // sendPreviewLocked sends one preview frame, type 4 to a targeted socket that
