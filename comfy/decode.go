@@ -169,11 +169,17 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 }
 
 func decodeKnown(typ string, data []byte) (Message, error) {
+	if m, ok := decodeInPlace(typ, data); ok {
+		return m, nil
+	}
+	return decodeLenient(typ, data)
+}
+
+// decodeLenient is decodeKnown without the in-place readers: the data of
+// every type, of any shape (see lenient.go).
+func decodeLenient(typ string, data []byte) (Message, error) {
 	switch typ {
 	case TypeStatus:
-		if m, ok := statusInPlace(data); ok {
-			return m, nil
-		}
 		return decodeStatusLenient(data)
 	case TypeExecutionStart:
 		var w struct {
@@ -216,9 +222,6 @@ func decodeKnown(typ string, data []byte) (Message, error) {
 		}
 		return &Progress{PromptID: string(w.PromptID), Node: string(w.Node), Value: float64(w.Value), Max: float64(w.Max)}, nil
 	case TypeProgressState:
-		if m, ok := progressStateInPlace(data); ok {
-			return m, nil
-		}
 		return decodeProgressStateLenient(data)
 	case TypeExecuted:
 		var w struct {

@@ -567,3 +567,124 @@ func TestHistoryKeepsNoAnswer(t *testing.T) {
 		}
 	}
 }
+
+// inPlaceTypes are the message types with an in-place reader.
+var inPlaceTypes = []string{TypeStatus, TypeProgressState, TypeExecuting, TypeExecuted, TypeProgress,
+	TypeExecutionStart, TypeExecutionSuccess, TypeExecutionCached}
+
+// inPlaceCases are data of shapes the in-place readers must either read
+// as the lenient decoders do or leave to them, for each type of
+// inPlaceTypes.
+var inPlaceCases = []string{
+	`{"node": "4", "display_node": "4", "prompt_id": "p"}`,
+	`{"node": null, "prompt_id": "p"}`,
+	`{"display_node": "4", "node": "5", "prompt_id": "p"}`,
+	`{"node": 4, "display_node": 4.5, "prompt_id": -1}`,
+	`{"node": true, "display_node": false, "prompt_id": {}}`,
+	`{"node": [1], "prompt_id": ["p"]}`,
+	`{"node": "4", "node": "5"}`,
+	`{"Node": "4"}`,
+	`{"node": "4", "extra": 1}`,
+	`{"node": "\u0034"}`,
+	`{"node":"4"}`,
+	`{"node": "4",  "prompt_id": "p"}`,
+	`{ "node": "4"}`,
+	`{"node": "4"} `,
+	`{"node": "4"}}`,
+	`{}`,
+	`[]`,
+	`null`,
+	`"x"`,
+	`{"node": "9", "display_node": "9", "output": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}, "prompt_id": "p"}`,
+	`{"node": "9", "output": {"text": ["h\u00e9llo", "\"q\""], "gifs": [], "n": 5, "s": "plain", "b": true, "z": null}, "prompt_id": "p"}`,
+	`{"node": "9", "output": {"s": "\u00e9"}}`,
+	`{"node": "9", "output": {"a": [1], "a": [2]}}`,
+	`{"node": "9", "output": {}}`,
+	`{"node": "9", "output": null}`,
+	`{"node": "9", "output": [1, 2]}`,
+	`{"node": "9", "output": 5}`,
+	`{"node": "9", "output": {"a": [1,]}}`,
+	`{"node": "9", "output": {"a": [1, {"b": "]"}]}}`,
+	`{"node": "9", "output": {"a": {"b": "}\\"}}}`,
+	`{"node": "9", "output": {"a": [1, 2}}`,
+	`{"node": "9", "output": {"a": [[[[`,
+	`{"node": "9", "output": {"a":1}}`,
+	`{"value": 3, "max": 20, "prompt_id": "p", "node": "3"}`,
+	`{"value": 0.5, "max": 1e2, "prompt_id": "p", "node": "3"}`,
+	`{"value": 1e999, "max": -0.0, "prompt_id": "p", "node": "3"}`,
+	`{"value": "3", "max": null, "prompt_id": "p", "node": "3"}`,
+	`{"value": 01}`,
+	`{"value": 1.}`,
+	`{"prompt_id": "p", "timestamp": 1795301006444}`,
+	`{"prompt_id": "p", "timestamp": 1795301006444.7}`,
+	`{"prompt_id": "p", "timestamp": -1e30}`,
+	`{"prompt_id": "p", "timestamp": 9223372036854775808}`,
+	`{"prompt_id": "p", "timestamp": "1"}`,
+	`{"prompt_id": "p", "timestamp": null}`,
+	`{"prompt_id": "p"}`,
+	`{"timestamp": 1, "prompt_id": "p", "timestamp": 2}`,
+	`{"nodes": [], "prompt_id": "p", "timestamp": 1}`,
+	`{"nodes": ["1", "2", 3, -4.5], "prompt_id": "p", "timestamp": 1}`,
+	`{"nodes": "1", "prompt_id": "p"}`,
+	`{"nodes": null, "prompt_id": "p"}`,
+	`{"nodes": 5, "prompt_id": "p"}`,
+	`{"nodes": {"1": []}, "prompt_id": "p"}`,
+	`{"nodes": ["1", null, true, ["2"], {"3": 4}], "prompt_id": "p"}`,
+	`{"nodes": ["\u0031"], "prompt_id": "p"}`,
+	`{"nodes": ["1","2"], "prompt_id": "p"}`,
+	`{"nodes": [ ], "prompt_id": "p"}`,
+	`{"nodes": ["1", ], "prompt_id": "p"}`,
+	`{"status": {"exec_info": {"queue_remaining": 1}}}`,
+	`{"prompt_id": "p", "nodes": {"1": {"value": 1.0, "max": 1.0, "state": "finished", "node_id": "1"}}}`,
+	`{"node": nul}`,
+	`{"node": nullx}`,
+	`{"node": tru}`,
+	`{"node": "4", "display_node": "4", "prompt_id": "p", "node": null}`,
+}
+
+// TestDecodeInPlace: every message of the real server's transcripts of a
+// type with an in-place reader is read in place, and whatever the readers
+// read, they read as the lenient decoders do.
+func TestDecodeInPlace(t *testing.T) {
+	n := 0
+	for _, frame := range realFrames(t) {
+		typ, data := messageData(t, frame)
+		if !slices.Contains(inPlaceTypes, typ) {
+			continue
+		}
+		n++
+		_, ok := decodeInPlace(typ, data)
+		assert.True(t, ok, "%s", frame)
+		checkDecodeInPlace(t, typ, data)
+	}
+	assert.Greater(t, n, 100)
+	for _, typ := range inPlaceTypes {
+		for _, data := range inPlaceCases {
+			checkDecodeInPlace(t, typ, []byte(data))
+		}
+	}
+}
+
+func checkDecodeInPlace(t *testing.T, typ string, data []byte) {
+	t.Helper()
+	got, ok := decodeInPlace(typ, data)
+	if !ok {
+		assert.Nil(t, got)
+		return
+	}
+	require.True(t, json.Valid(data), "%s %q", typ, data)
+	want, err := decodeLenient(typ, data)
+	require.NoError(t, err, "%s %q", typ, data)
+	assert.Equal(t, want, got, "%s %q", typ, data)
+}
+
+func FuzzDecodeInPlace(f *testing.F) {
+	for i := range inPlaceTypes {
+		for _, data := range inPlaceCases {
+			f.Add(uint8(i), []byte(data))
+		}
+	}
+	f.Fuzz(func(t *testing.T, i uint8, data []byte) {
+		checkDecodeInPlace(t, inPlaceTypes[int(i)%len(inPlaceTypes)], data)
+	})
+}

@@ -2,6 +2,7 @@ package comfy
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 )
 
@@ -258,4 +259,370 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// decodeInPlace reads the data of a message of type typ with the type's
+// in-place reader; ok is false for a type without one, or data in another
+// form, which decodeLenient decodes. Where both succeed they agree
+// (TestDecodeInPlace).
+func decodeInPlace(typ string, data []byte) (Message, bool) {
+	var m Message
+	ok := false
+	switch typ {
+	case TypeStatus:
+		m, ok = okMessage(statusInPlace(data))
+	case TypeProgressState:
+		m, ok = okMessage(progressStateInPlace(data))
+	case TypeExecuting:
+		m, ok = okMessage(executingInPlace(data))
+	case TypeExecuted:
+		m, ok = okMessage(executedInPlace(data))
+	case TypeProgress:
+		m, ok = okMessage(progressInPlace(data))
+	case TypeExecutionStart, TypeExecutionSuccess:
+		m, ok = promptEventInPlace(typ, data)
+	case TypeExecutionCached:
+		m, ok = okMessage(executionCachedInPlace(data))
+	}
+	return m, ok
+}
+
+// okMessage turns a reader's answer into decodeInPlace's: a nil message,
+// not a typed nil, when ok is false.
+func okMessage[M Message](m M, ok bool) (Message, bool) {
+	if !ok {
+		return nil, false
+	}
+	return m, true
+}
+
+// The fields of an object read in place, as bits of a set: a repeated
+// field is left to the decoders, which resolve it their own way.
+type fieldSet uint32
+
+// first records field bit and reports whether it was not seen before.
+func (s *fieldSet) first(bit uint) bool {
+	if *s&(1<<bit) != 0 {
+		return false
+	}
+	*s |= 1 << bit
+	return true
+}
+
+// executingInPlace reads executing data as the server writes it,
+// {"node": "4", "display_node": "4", "prompt_id": "id"}, or with "node":
+// null at the end of a prompt. A display_node equal to node shares its
+// text.
+func executingInPlace(data []byte) (*Executing, bool) {
+	var m Executing
+	var seen fieldSet
+	ok := readObject(data, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "node":
+			m.Node = lstrOf(v, "")
+			return seen.first(0)
+		case "display_node":
+			m.DisplayNode = lstrOf(v, m.Node) // usually node's text
+			return seen.first(1)
+		case "prompt_id":
+			m.PromptID = lstrOf(v, "")
+			return seen.first(2)
+		}
+		return false
+	})
+	return &m, ok
+}
+
+// executedInPlace reads executed data as the server writes it: {"node":
+// "9", "display_node": "9", "output": {"images": [...]}, "prompt_id":
+// "id"}, each kind of the output an object member whose value is kept
+// as it is.
+func executedInPlace(data []byte) (*Executed, bool) {
+	var m Executed
+	var seen fieldSet
+	ok := readObject(data, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "node":
+			m.Node = lstrOf(v, "")
+			return seen.first(0)
+		case "display_node":
+			m.DisplayNode = lstrOf(v, m.Node)
+			return seen.first(1)
+		case "output":
+			var ok bool
+			m.Output, ok = outputOf(v)
+			return ok && seen.first(2)
+		case "prompt_id":
+			m.PromptID = lstrOf(v, "")
+			return seen.first(3)
+		}
+		return false
+	})
+	return &m, ok
+}
+
+// outputOf is what lobject decodes from v, an executed message's output:
+// for an object, a map of its members' text, copied; nil for any other
+// value. ok is false for an object not in the server's form.
+func outputOf(v ipValue) (Output, bool) {
+	if v.kind != '{' {
+		return nil, true
+	}
+	out := make(Output)
+	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
+		k := string(key)
+		if _, dup := out[k]; dup {
+			return false
+		}
+		out[k] = bytes.Clone(v.raw)
+		return true
+	})
+	return out, ok
+}
+
+// progressInPlace reads progress data as the server writes it,
+// {"value": 3, "max": 20, "prompt_id": "id", "node": "3"}.
+func progressInPlace(data []byte) (*Progress, bool) {
+	var m Progress
+	var seen fieldSet
+	ok := readObject(data, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "value":
+			m.Value = lfloatOf(v)
+			return seen.first(0)
+		case "max":
+			m.Max = lfloatOf(v)
+			return seen.first(1)
+		case "prompt_id":
+			m.PromptID = lstrOf(v, "")
+			return seen.first(2)
+		case "node":
+			m.Node = lstrOf(v, "")
+			return seen.first(3)
+		}
+		return false
+	})
+	return &m, ok
+}
+
+// promptEventInPlace reads execution_start or execution_success data as
+// the server writes it, {"prompt_id": "id", "timestamp": 1795301006444}.
+func promptEventInPlace(typ string, data []byte) (Message, bool) {
+	var id string
+	var ts int64
+	var seen fieldSet
+	ok := readObject(data, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "prompt_id":
+			id = lstrOf(v, "")
+			return seen.first(0)
+		case "timestamp":
+			ts = lintOf(v)
+			return seen.first(1)
+		}
+		return false
+	})
+	if !ok {
+		return nil, false
+	}
+	if typ == TypeExecutionStart {
+		return &ExecutionStart{PromptID: id, Timestamp: ts}, true
+	}
+	return &ExecutionSuccess{PromptID: id, Timestamp: ts}, true
+}
+
+// executionCachedInPlace reads execution_cached data as the server
+// writes it, {"nodes": ["1", "2"], "prompt_id": "id", "timestamp": ...}.
+func executionCachedInPlace(data []byte) (*ExecutionCached, bool) {
+	var m ExecutionCached
+	var seen fieldSet
+	ok := readObject(data, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "nodes":
+			var ok bool
+			m.Nodes, ok = lstrsOf(v)
+			return ok && seen.first(0)
+		case "prompt_id":
+			m.PromptID = lstrOf(v, "")
+			return seen.first(1)
+		case "timestamp":
+			m.Timestamp = lintOf(v)
+			return seen.first(2)
+		}
+		return false
+	})
+	return &m, ok
+}
+
+// ipValue is a value read in place.
+type ipValue struct {
+	// kind is '"' for a string, '0' a number, 'n' null, 't' true, 'f'
+	// false, '{' an object and '[' an array.
+	kind byte
+	// raw is the value's text; text is a string's without its quotes
+	// (which need no unescaping), else raw.
+	raw, text []byte
+}
+
+// lstrOf is what lstr decodes from v; same, when v's text is same's,
+// gives same, sharing its text.
+func lstrOf(v ipValue, same string) string {
+	switch v.kind {
+	case '"', '0':
+		if string(v.text) == same {
+			return same
+		}
+		return string(v.text)
+	}
+	return ""
+}
+
+// lintOf is what lint decodes from v.
+func lintOf(v ipValue) int64 {
+	if v.kind != '0' {
+		return 0
+	}
+	n, _ := parseInt(v.text)
+	return n
+}
+
+// lfloatOf is what lfloat decodes from v.
+func lfloatOf(v ipValue) float64 {
+	if v.kind != '0' {
+		return 0
+	}
+	f, err := strconv.ParseFloat(string(v.text), 64)
+	if err != nil {
+		return 0
+	}
+	return f
+}
+
+// lstrsOf is what lstrs decodes from v: ok is false for a list not in the
+// server's form (items other than strings and numbers, say).
+func lstrsOf(v ipValue) ([]string, bool) {
+	switch v.kind {
+	case '"':
+		return []string{string(v.text)}, true
+	case '[':
+	default:
+		return nil, true
+	}
+	rest := v.raw[1:]
+	if string(rest) == "]" {
+		return []string{}, true
+	}
+	var out []string
+	for {
+		item, after, ok := cutValue(rest)
+		if !ok || item.kind != '"' && item.kind != '0' {
+			return nil, false
+		}
+		out = append(out, string(item.text))
+		if string(after) == "]" {
+			return out, true
+		}
+		if rest, ok = bytes.CutPrefix(after, []byte(", ")); !ok {
+			return nil, false
+		}
+	}
+}
+
+// readObject reads data, an object in the server's form and nothing
+// after it, calling f for each member (see eachMember).
+func readObject(data []byte, f func(key []byte, v ipValue) bool) bool {
+	rest, ok := cutObject(data, f)
+	return ok && len(rest) == 0
+}
+
+// eachMember is readObject for obj, the text of an object value.
+func eachMember(obj []byte, f func(key []byte, v ipValue) bool) bool {
+	return readObject(obj, f)
+}
+
+// cutObject reads the object at the start of b as the server writes one,
+// {"key": value, ...} (", " and ": " between tokens, keys that need no
+// unescaping), calling f for each member in order, and returns what
+// follows it. ok is false for another form, or when f returns false.
+func cutObject(b []byte, f func(key []byte, v ipValue) bool) (rest []byte, ok bool) {
+	if rest, ok = bytes.CutPrefix(b, []byte("{")); !ok {
+		return nil, false
+	}
+	for first := true; len(rest) > 0 && rest[0] != '}'; first = false {
+		if !first {
+			if rest, ok = bytes.CutPrefix(rest, []byte(", ")); !ok {
+				return nil, false
+			}
+		}
+		var key []byte
+		if key, rest, ok = cutPlainString(rest); !ok {
+			return nil, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, []byte(": ")); !ok {
+			return nil, false
+		}
+		var v ipValue
+		if v, rest, ok = cutValue(rest); !ok || !f(key, v) {
+			return nil, false
+		}
+	}
+	if len(rest) == 0 {
+		return nil, false
+	}
+	return rest[1:], true
+}
+
+// cutValue reads the value at the start of b and returns it and what
+// follows. A string must need no unescaping (see cutPlainString); an
+// object or an array may hold any valid JSON.
+func cutValue(b []byte) (v ipValue, rest []byte, ok bool) {
+	if len(b) == 0 {
+		return v, nil, false
+	}
+	switch c := b[0]; c {
+	case '"':
+		text, rest, ok := cutPlainString(b)
+		return ipValue{kind: c, raw: b[:len(text)+2], text: text}, rest, ok
+	case 'n', 't', 'f':
+		for _, lit := range [...]string{"null", "true", "false"} {
+			if lit[0] == c {
+				if rest, ok := bytes.CutPrefix(b, []byte(lit)); ok {
+					return ipValue{kind: c, raw: b[:len(lit)], text: b[:len(lit)]}, rest, true
+				}
+			}
+		}
+		return v, nil, false
+	case '{', '[':
+		n := compositeLen(b)
+		if n < 0 || !json.Valid(b[:n]) {
+			return v, nil, false
+		}
+		return ipValue{kind: c, raw: b[:n], text: b[:n]}, b[n:], true
+	}
+	num, rest, ok := cutNumber(b)
+	return ipValue{kind: '0', raw: num, text: num}, rest, ok
+}
+
+// compositeLen returns the length of the object or array at the start of
+// b, found by its brackets and strings alone (json.Valid checks the
+// rest), or -1 when it does not end.
+func compositeLen(b []byte) int {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++ // the escaped character, maybe a quote
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
 }
