@@ -688,3 +688,89 @@ func FuzzDecodeInPlace(f *testing.F) {
 		checkDecodeInPlace(t, inPlaceTypes[int(i)%len(inPlaceTypes)], data)
 	})
 }
+
+// historyEntryCases are history entries of shapes the in-place reader
+// must either read as the lenient decoder does or leave to it.
+var historyEntryCases = []string{
+	`{"prompt": [1, "p", {"1": {"class_type": "X", "inputs": {}}}, {"client_id": "c"}, ["1"]], "outputs": {}, "status": {"status_str": "success", "completed": true, "messages": []}, "meta": {}}`,
+	`{"outputs": {"9": null, "10": {"a": 1}}, "status": {"completed": false, "status_str": "error", "messages": [["execution_start", {"prompt_id": "p"}], "x", 5, ["x"], [], ["execution_start", null]]}}`,
+	`{"status": {"status_str": 5, "completed": "true", "messages": null, "notes": [["execution_start", {"prompt_id": "p"}]]}}`,
+	`{"status": {"messages": [], "notes": [["execution_start", {"prompt_id": "p"}]]}}`,
+	`{"status": {"messages": 5, "notes": 6}}`,
+	`{"status": {"messages": [["execution_start", {"prompt_id": "p"}],["execution_success", {}]]}}`,
+	`{"status": {"messages": [["execution_start", {"prompt_id": "p"}], ]}}`,
+	`{"status": {"messages": ["\u0041"]}}`,
+	`{"status": {"messages": [["execution_start", {"prompt_id": "p"}]], "messages": []}}`,
+	`{"status": {"status_str": "success", "extra": 1}}`,
+	`{"status": null, "outputs": null, "meta": null, "prompt": null}`,
+	`{"status": [], "outputs": [], "meta": [], "prompt": {}}`,
+	`{"status": "x", "outputs": 5, "meta": "y", "prompt": "z"}`,
+	`{"meta": {"4": {"node_id": "4", "display_node": "4", "parent_node": "2", "real_node_id": "2:4"}, "5": {}}}`,
+	`{"meta": {"4": {"node_id": 4, "display_node": null, "parent_node": true, "real_node_id": [4]}}}`,
+	`{"meta": {"4": null}}`,
+	`{"meta": {"4": 5}}`,
+	`{"meta": {"4": {"node_id": "4"}, "4": {"node_id": "5"}}}`,
+	`{"meta": {"4": {"node_id": "4", "node_id": "5"}}}`,
+	`{"meta": {"4": {"Node_ID": "4"}}}`,
+	`{"outputs": {"9": 5}}`,
+	`{"outputs": {"9": {"a": 1}, "9": {"b": 2}}}`,
+	`{"outputs": {"9": {"a": 1, "a": 2}}}`,
+	`{"outputs": {"9": {"s": "\u00e9"}}}`,
+	`{"prompt": [2.5, 7, null, [1], "x"]}`,
+	`{"prompt": [3]}`,
+	`{"prompt": [1, "q", {}, {}, ["9"]], "prompt": [2, "r", {}, {}, []]}`,
+	`{"PROMPT": [1, "q", {}, {}, []]}`,
+	`{"extra": {}}`,
+	`{}`,
+	`{"outputs": {}} `,
+	`{"outputs":{}}`,
+	`[]`,
+	`null`,
+}
+
+// TestHistoryEntryInPlace: every entry of the real server's history
+// answers is read in place, and whatever the in-place reader reads, it
+// reads as the lenient decoder does, with and without full.
+func TestHistoryEntryInPlace(t *testing.T) {
+	var entries [][]byte
+	for _, answer := range []string{goldenHistoryOK, goldenHistoryError, goldenHistoryIntr, oldHistory} {
+		var h map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(answer), &h))
+		for _, e := range h {
+			entries = append(entries, e)
+		}
+	}
+	for _, entry := range entries {
+		for _, full := range []bool{true, false} {
+			_, ok := historyEntryInPlace("p", entry, full)
+			assert.True(t, ok, "%s", entry)
+			checkHistoryEntryInPlace(t, entry, full)
+		}
+	}
+	for _, entry := range append(slices.Clone(historyEntryCases), outputsCases...) {
+		for _, full := range []bool{true, false} {
+			checkHistoryEntryInPlace(t, []byte(entry), full)
+		}
+	}
+}
+
+func checkHistoryEntryInPlace(t *testing.T, entry []byte, full bool) {
+	t.Helper()
+	for _, id := range []string{"p", ""} {
+		got, ok := historyEntryInPlace(id, entry, full)
+		if !ok {
+			continue
+		}
+		require.True(t, json.Valid(entry), "%q", entry)
+		want, err := decodeHistoryEntryLenient(id, entry, full)
+		require.NoError(t, err, "%q", entry)
+		assert.Equal(t, want, got, "%q", entry)
+	}
+}
+
+func FuzzHistoryEntryInPlace(f *testing.F) {
+	for _, entry := range append(slices.Clone(historyEntryCases), outputsCases...) {
+		f.Add([]byte(entry), true)
+	}
+	f.Fuzz(checkHistoryEntryInPlace)
+}

@@ -657,3 +657,20 @@ func BenchmarkDecodePrompt(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHistoryEntryOf decodes the /history/{id} answer of a real
+// prompt of two output nodes, as a prompt's settlement does (outputs and
+// status) and in full.
+func BenchmarkHistoryEntryOf(b *testing.B) {
+	answer := []byte(goldenHistoryOK)
+	for _, full := range []bool{false, true} {
+		b.Run(map[bool]string{false: "settle", true: "full"}[full], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if e, err := historyEntryOf(answer, pidA, full); err != nil || e == nil {
+					b.Fatal(e, err)
+				}
+			}
+		})
+	}
+}

@@ -365,7 +365,17 @@ func decodeHistory(b []byte, full bool) ([]*HistoryEntry, error) {
 // status message of an unexpected shape is dropped, the entry kept. The
 // status messages were called "notes" on servers of 2024-01-11. Without
 // full, the prompt tuple and meta are passed over (see Client.history).
+// An entry in the server's own form is read in place (historyEntryInPlace).
 func decodeHistoryEntry(id string, raw []byte, full bool) (*HistoryEntry, error) {
+	if e, ok := historyEntryInPlace(id, raw, full); ok {
+		return e, nil
+	}
+	return decodeHistoryEntryLenient(id, raw, full)
+}
+
+// decodeHistoryEntryLenient is decodeHistoryEntry for an entry of any
+// form.
+func decodeHistoryEntryLenient(id string, raw []byte, full bool) (*HistoryEntry, error) {
 	var w struct {
 		Prompt  promptTuple    `json:"prompt"`
 		Outputs historyOutputs `json:"outputs"`

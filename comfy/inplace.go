@@ -626,3 +626,177 @@ func compositeLen(b []byte) int {
 	}
 	return -1
 }
+
+// historyEntryInPlace reads a history entry as the server writes it,
+// {"prompt": [...], "outputs": {"9": {"images": [...]}, ...}, "status":
+// {"status_str": "success", "completed": true, "messages": [["name",
+// {...}], ...]}, "meta": {"9": {"node_id": "9", "display_node": "9",
+// "parent_node": null, "real_node_id": "9"}, ...}}, the fields in any
+// order, each optional. Without full, the prompt tuple and meta are
+// passed over. ok is false for another form, which
+// decodeHistoryEntryLenient reads; where both succeed they agree
+// (TestHistoryEntryInPlace). The entry keeps nothing of raw.
+func historyEntryInPlace(id string, raw []byte, full bool) (*HistoryEntry, bool) {
+	e := &HistoryEntry{PromptID: id}
+	var prompt, status ipValue
+	var seen fieldSet
+	ok := readObject(raw, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "prompt":
+			prompt = v
+			return seen.first(0)
+		case "outputs":
+			var ok bool
+			e.Outputs, ok = historyOutputsOf(v)
+			return ok && seen.first(1)
+		case "status":
+			status = v
+			return seen.first(2)
+		case "meta":
+			if full {
+				var ok bool
+				if e.Meta, ok = metaOf(v); !ok {
+					return false
+				}
+			}
+			return seen.first(3)
+		}
+		return false
+	})
+	if !ok {
+		return nil, false
+	}
+	if full && prompt.kind != 0 && prompt.kind != 'n' {
+		if item, err := decodeQueueItem(prompt.raw); err == nil { // which copies what it keeps
+			e.Number, e.Prompt, e.ExtraData, e.OutputsToExecute = item.Number, item.Prompt, item.ExtraData, item.OutputsToExecute
+			if e.PromptID == "" {
+				e.PromptID = item.PromptID
+			}
+		}
+	}
+	if status.kind == '{' {
+		if e.Status, ok = historyStatusOf(status); !ok {
+			return nil, false
+		}
+	}
+	return e, true
+}
+
+// historyOutputsOf is what historyOutputs decodes from v: node id to
+// output, nil for an output that is null. ok is false for outputs not in
+// the server's form, or one that is neither an object nor null.
+func historyOutputsOf(v ipValue) (map[string]Output, bool) {
+	if v.kind != '{' {
+		return nil, true
+	}
+	out := make(map[string]Output)
+	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
+		if v.kind != '{' && v.kind != 'n' {
+			return false
+		}
+		k := string(key)
+		if _, dup := out[k]; dup {
+			return false
+		}
+		o, ok := outputOf(v)
+		out[k] = o
+		return ok
+	})
+	return out, ok
+}
+
+// metaOf is what metaPart decodes from v: node id to its display
+// information, ids equal to the node's sharing its key. ok is false for
+// meta not in the server's form, or an entry that is not an object.
+func metaOf(v ipValue) (map[string]NodeMetaInfo, bool) {
+	if v.kind != '{' {
+		return nil, true
+	}
+	out := make(map[string]NodeMetaInfo)
+	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
+		k := string(key)
+		if _, dup := out[k]; dup || v.kind != '{' {
+			return false
+		}
+		var m NodeMetaInfo
+		var seen fieldSet
+		ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
+			switch string(key) {
+			case "node_id":
+				m.NodeID = lstrOf(v, k)
+				return seen.first(0)
+			case "display_node":
+				m.DisplayNode = lstrOf(v, k)
+				return seen.first(1)
+			case "parent_node":
+				m.ParentNode = lstrOf(v, k)
+				return seen.first(2)
+			case "real_node_id":
+				m.RealNodeID = lstrOf(v, k)
+				return seen.first(3)
+			}
+			return false
+		})
+		out[k] = m
+		return ok
+	})
+	return out, ok
+}
+
+// historyStatusOf is the HistoryStatus of v, an entry's status object:
+// its messages (or, on servers of 2024-01-11, notes) decoded as
+// decodeStatusMessage decodes them. ok is false for a status not in the
+// server's form.
+func historyStatusOf(v ipValue) (*HistoryStatus, bool) {
+	st := &HistoryStatus{}
+	var messages, notes ipValue
+	var seen fieldSet
+	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "status_str":
+			st.StatusStr = lstrOf(v, "")
+			return seen.first(0)
+		case "completed":
+			st.Completed = v.kind == 't'
+			return seen.first(1)
+		case "messages":
+			messages = v
+			return seen.first(2)
+		case "notes":
+			notes = v
+			return seen.first(3)
+		}
+		return false
+	})
+	if !ok {
+		return nil, false
+	}
+	list := messages
+	if list.kind != '[' { // what lraws leaves nil
+		list = notes
+	}
+	if list.kind != '[' {
+		return st, true
+	}
+	// The pairs are decoded where they are: a message keeps nothing of
+	// its data.
+	rest := list.raw[1:]
+	if string(rest) == "]" {
+		return st, true
+	}
+	for {
+		pair, after, ok := cutValue(rest)
+		if !ok {
+			return nil, false
+		}
+		if m, ok := decodeStatusMessage(pair.raw); ok {
+			st.Messages = append(st.Messages, m)
+		}
+		if string(after) == "]" {
+			return st, true
+		}
+		if rest, ok = bytes.CutPrefix(after, []byte(", ")); !ok {
+			return nil, false
+		}
+	}
+}
