@@ -151,9 +151,11 @@ func TestDeafSocketsAfter(t *testing.T) {
 	inMemory(t, nil, func(t *testing.T, s *comfytest.Server) {
 		s.DeafSocketsAfter(2)
 		ws := dial(t, s, "?clientId="+cid)
+		// The first message (status) is sent once the server registered the
+		// socket: posting before it could run the prompt unseen.
+		ws.next()
 		_, body := post(t, s, "/prompt", prompt(string(comfytest.WorkflowOK), ""))
 		id := promptIDOf(t, body)
-		ws.next()
 		ws.next()
 		synctest.Wait()
 		_, h, _ := get(t, s, "/history/"+id)
