@@ -1,6 +1,10 @@
 package comfytest_test
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,5 +54,53 @@ func benchRoundTrips(b *testing.B, workflow func(i int) string) {
 				ws.untilDone()
 			}
 		})
+	}
+}
+
+// BenchmarkServerJob measures the fake's share of a pool's job: POST
+// /prompt of a two-node workflow (an 8x8 image, saved) with a new colour
+// each time, the frames until executing{node:null} read without decoding,
+// GET /history/{id} and GET /system_stats, in memory. B/op is mostly the
+// fake's (and net/http's) garbage per prompt.
+func BenchmarkServerJob(b *testing.B) {
+	s := comfytest.NewInMemoryServer(nil)
+	defer s.Close()
+	ws := dial(b, s, "?clientId="+cid)
+	ws.next()
+	hc := s.Client()
+	scratch := make([]byte, 64<<10)
+	request := func(req *http.Request) {
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.ReadFull(resp.Body, scratch)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || n == 0 {
+			b.Fatal(resp.Status, string(scratch[:n]))
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		body := fmt.Sprintf(`{"prompt": {"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": %d}}, "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "bench"}}}, "client_id": %q, "prompt_id": %q}`, i%0x1000000, cid, id)
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/prompt", strings.NewReader(body))
+		request(req)
+		for {
+			_, r, err := ws.c.Reader(b.Context())
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.ReadFull(r, scratch)
+			if bytes.HasPrefix(scratch[:n], []byte(`{"type": "executing", "data": {"node": null`)) {
+				break
+			}
+		}
+		req, _ = http.NewRequest(http.MethodGet, s.URL+"/history/"+id, nil)
+		request(req)
+		req, _ = http.NewRequest(http.MethodGet, s.URL+"/system_stats", nil)
+		request(req)
 	}
 }

@@ -232,7 +232,7 @@ func (s *Server) cloudGetQueue(w http.ResponseWriter, _ *http.Request) {
 // cloudPostQueue serves POST /api/queue: as ComfyUI's, but answering
 // {deleted, cleared}.
 func (s *Server) cloudPostQueue(w http.ResponseWriter, r *http.Request) {
-	body, _, ok := readJSON(r)
+	body, ok := readJSON(r)
 	if !ok {
 		cloudError(w, http.StatusBadRequest, "INVALID_REQUEST", "Invalid request body")
 		return

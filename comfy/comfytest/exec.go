@@ -234,7 +234,7 @@ type run struct {
 	sigs     map[string]string
 	values   map[string][]any
 	ui       omap
-	progress omap // progress_state nodes, cumulative
+	progress []nodeProgress // progress_state nodes, cumulative
 	executed []string
 	messages []any
 	counted  bool     // FailPrompts counted the prompt
@@ -263,22 +263,68 @@ func (r *run) sendProgressStateLocked() {
 	if r.s.opts.Dialect.NoProgressState {
 		return
 	}
-	// sendLocked encodes the message at once: the progress needs no copy.
-	r.s.sendLocked(r.t.clientID, r.t.hasClient, "progress_state", omap{{"prompt_id", r.t.id}, {"nodes", r.progress}})
+	r.s.sendFrameLocked(r.t.clientID, r.t.hasClient, r.appendProgressState)
+}
+
+// nodeProgress is one node of a run's progress_state.
+type nodeProgress struct {
+	id         string
+	value, max any // int or pyFloat, as the server sends them
+	state      string
 }
 
 func (r *run) setProgress(id string, value, maxv any, state string) {
-	if e, ok := r.progress.get(id); ok { // only value, max and state change
-		p := e.(omap)
-		p[0].V, p[1].V, p[2].V = value, maxv, state
-		return
+	for i := range r.progress {
+		if p := &r.progress[i]; p.id == id { // only value, max and state change
+			p.value, p.max, p.state = value, maxv, state
+			return
+		}
 	}
-	r.progress = append(r.progress, kv{id, omap{{"value", value}, {"max", maxv}, {"state", state}, {"node_id", id},
-		{"prompt_id", r.t.id}, {"display_node_id", id}, {"parent_node_id", nil}, {"real_node_id", id}}})
+	r.progress = append(r.progress, nodeProgress{id, value, maxv, state})
+}
+
+// appendProgressState appends the run's progress_state frame, as
+// appendPyMessage writes
+//
+//	omap{{"prompt_id", id}, {"nodes", omap{{node id, omap{{"value", value},
+//	{"max", max}, {"state", state}, {"node_id", node id}, {"prompt_id", id},
+//	{"display_node_id", node id}, {"parent_node_id", nil}, {"real_node_id",
+//	node id}}}, ...}}}
+//
+// without building it: it is sent at every node's start and end and every
+// step, and the objects were most of what a run allocated.
+func (r *run) appendProgressState(b []byte) []byte {
+	id := r.t.id
+	b = append(b, `{"type": "progress_state", "data": {"prompt_id": `...)
+	b = appendPyString(b, id)
+	b = append(b, `, "nodes": {`...)
+	for i, p := range r.progress {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPyString(b, p.id)
+		b = append(b, `: {"value": `...)
+		b = appendPyValue(b, p.value)
+		b = append(b, `, "max": `...)
+		b = appendPyValue(b, p.max)
+		b = append(b, `, "state": `...)
+		b = appendPyString(b, p.state)
+		b = append(b, `, "node_id": `...)
+		b = appendPyString(b, p.id)
+		b = append(b, `, "prompt_id": `...)
+		b = appendPyString(b, id)
+		b = append(b, `, "display_node_id": `...)
+		b = appendPyString(b, p.id)
+		b = append(b, `, "parent_node_id": null, "real_node_id": `...)
+		b = appendPyString(b, p.id)
+		b = append(b, '}')
+	}
+	return append(b, "}}}"...)
 }
 
 func (r *run) nodeData(id string, extra ...kv) omap {
-	d := omap{{"node", id}}
+	d := make(omap, 1, 2+len(extra)) // made once, of its size
+	d[0] = kv{"node", id}
 	if !r.s.opts.Dialect.NoDisplayNode {
 		d = append(d, kv{"display_node", id})
 	}
@@ -286,7 +332,7 @@ func (r *run) nodeData(id string, extra ...kv) omap {
 }
 
 func (s *Server) execute(ctx context.Context, t *task) {
-	r := &run{s: s, ctx: ctx, t: t, values: map[string][]any{}}
+	r := &run{s: s, ctx: ctx, t: t, values: make(map[string][]any, len(t.prompt))}
 	s.mu.Lock()
 	s.intrFlag = false
 	r.addMessageLocked("execution_start", r.withTS(omap{{"prompt_id", t.id}}), false)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,16 +55,42 @@ func plainStatus(w http.ResponseWriter, status int) {
 }
 
 // readJSON reads an ordered JSON object body; ok=false means "answer 500".
-func readJSON(r *http.Request) (omap, []byte, bool) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 100<<20))
-	if err != nil {
-		return nil, b, false
+func readJSON(r *http.Request) (omap, bool) {
+	buf := getBuf()
+	defer putBuf(buf)
+	m, _, ok := readJSONInto(r, buf)
+	return m, ok
+}
+
+// readJSONInto is readJSON for a caller that needs the body's text too,
+// read into buf: raw is buf's (the values of m are copies). The first
+// 100 MB are read.
+func readJSONInto(r *http.Request, buf *[]byte) (m omap, raw []byte, ok bool) {
+	b := (*buf)[:0]
+	if n := r.ContentLength; n > 0 && n < 100<<20 {
+		b = slices.Grow(b, int(n)+1) // +1: room to read the end
 	}
+	lr := io.LimitReader(r.Body, 100<<20)
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, 512)
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			*buf = b
+			return nil, b, false
+		}
+	}
+	*buf = b
 	v, err := decodeOrdered(b)
 	if err != nil {
 		return nil, b, false
 	}
-	m, ok := v.(omap)
+	m, ok = v.(omap)
 	return m, b, ok
 }
 
@@ -213,9 +240,12 @@ func (s *Server) handleGetPrompt(w http.ResponseWriter) {
 // handleSystemStats serves GET /system_stats.
 func (s *Server) handleSystemStats(w http.ResponseWriter) {
 	s.mu.Lock()
-	free := s.vramFree
+	if s.statsJSON == nil || s.statsVRAM != s.vramFree {
+		s.statsJSON, s.statsVRAM = pyJSON(systemStats(s.vramFree)), s.vramFree
+	}
+	b := s.statsJSON
 	s.mu.Unlock()
-	writeJSON(w, 200, systemStats(free))
+	writeBody(w, 200, b)
 }
 
 // handleObjectInfo serves GET /object_info: every node class.
@@ -267,7 +297,9 @@ var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 
 func (s *Server) handlePostPrompt(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
-	body, raw, ok := readJSON(r)
+	buf := getBuf()
+	defer putBuf(buf)
+	body, raw, ok := readJSONInto(r, buf) // rawMember copies the prompt's text
 	if !ok {
 		s.mu.Lock()
 		s.appendPromptLocked(ReceivedPrompt{Status: 500, Received: received})
@@ -407,7 +439,7 @@ func (s *Server) handleGetQueue(w http.ResponseWriter) {
 }
 
 func (s *Server) handlePostQueue(w http.ResponseWriter, r *http.Request) {
-	body, _, ok := readJSON(r)
+	body, ok := readJSON(r)
 	if !ok {
 		serverTrouble(w)
 		return
@@ -497,7 +529,7 @@ func (s *Server) handleGetHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePostHistory(w http.ResponseWriter, r *http.Request) {
-	body, _, ok := readJSON(r)
+	body, ok := readJSON(r)
 	if !ok {
 		serverTrouble(w)
 		return
@@ -551,7 +583,7 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleFree(w http.ResponseWriter, r *http.Request) {
-	body, _, ok := readJSON(r)
+	body, ok := readJSON(r)
 	if !ok {
 		serverTrouble(w)
 		return

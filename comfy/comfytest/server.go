@@ -90,6 +90,12 @@ type Server struct {
 	ignoreInterrupts bool
 	failing          failShare // FailPrompts
 
+	// statsJSON is the /system_stats answer for statsVRAM (vramFree when it
+	// was encoded), kept: it changes only with SetVRAMFree, and a pool asks
+	// for it after every prompt. Never written to once made.
+	statsJSON []byte
+	statsVRAM int64
+
 	// registry inputs (SetModels, SetNodes)
 	models  map[string][]string
 	user    map[string]NodeBehavior

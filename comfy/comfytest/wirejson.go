@@ -370,67 +370,69 @@ func decodeOrdered(data []byte) (any, error) {
 	if !json.Valid(data) {
 		return nil, errors.New("comfytest: not a JSON value")
 	}
-	v, _ := orderedValue(data)
+	d, _ := orderedDecoders.Get().(*orderedDecoder)
+	if d == nil {
+		d = new(orderedDecoder)
+	}
+	v, _ := d.value(data)
+	orderedDecoders.Put(d) // its stacks are empty again
 	return v, nil
 }
 
-// orderedValue decodes the first value of b, which is valid JSON (it walks
-// the text without checking it), and returns the text after it. Strings
-// without escapes or non-ASCII bytes are taken as they are; other strings
-// are unquoted by encoding/json. Through json.Decoder's tokens, every
-// string and number cost a decoder of its own.
-func orderedValue(b []byte) (any, []byte) {
+// orderedDecoders holds decoders whose stacks have grown, to reuse.
+var orderedDecoders sync.Pool
+
+// orderedDecoder decodes valid JSON into omap, []any, json.Number and
+// the other plain values. The members of the objects and the items of
+// the arrays being read wait on its stacks, so that each object or array
+// is made once, of its size: as append grew them, every object of the
+// prompts a fake received was copied at each doubling.
+type orderedDecoder struct {
+	kvs  []kv  // members of the objects being read, innermost last
+	vals []any // items of the arrays being read, innermost last
+}
+
+// value decodes the first value of b, which is valid JSON (it walks the
+// text without checking it), and returns the text after it. Through
+// json.Decoder's tokens, every string and number cost a decoder of its
+// own.
+func (d *orderedDecoder) value(b []byte) (any, []byte) {
 	b = skipSpace(b)
 	switch b[0] {
 	case '{':
-		m := omap{}
+		base := len(d.kvs)
 		b = skipSpace(b[1:])
-		if b[0] == '}' {
-			return m, b[1:]
-		}
-		for {
-			k, rest := orderedValue(b)
-			v, rest := orderedValue(skipSpace(rest)[1:]) // after the ':'
-			m.set(k.(string), v)
-			b = skipSpace(rest)
-			if b[0] == '}' {
-				return m, b[1:]
+		for b[0] != '}' {
+			k, rest := orderedString(b)
+			v, rest := d.value(skipSpace(rest)[1:]) // after the ':'
+			d.set(base, k, v)
+			if b = skipSpace(rest); b[0] == ',' {
+				b = skipSpace(b[1:])
 			}
-			b = b[1:] // ','
 		}
+		m := make(omap, len(d.kvs)-base)
+		copy(m, d.kvs[base:])
+		clear(d.kvs[base:])
+		d.kvs = d.kvs[:base]
+		return m, b[1:]
 	case '[':
-		a := []any{}
+		base := len(d.vals)
 		b = skipSpace(b[1:])
-		if b[0] == ']' {
-			return a, b[1:]
-		}
-		for {
-			v, rest := orderedValue(b)
-			a = append(a, v)
-			b = skipSpace(rest)
-			if b[0] == ']' {
-				return a, b[1:]
+		for b[0] != ']' {
+			v, rest := d.value(b)
+			d.vals = append(d.vals, v)
+			if b = skipSpace(rest); b[0] == ',' {
+				b = skipSpace(b[1:])
 			}
-			b = b[1:] // ','
 		}
+		a := make([]any, len(d.vals)-base)
+		copy(a, d.vals[base:])
+		clear(d.vals[base:])
+		d.vals = d.vals[:base]
+		return a, b[1:]
 	case '"':
-		plain := true
-		i := 1
-		for ; b[i] != '"'; i++ {
-			switch c := b[i]; {
-			case c == '\\':
-				plain = false
-				i++ // the escaped character, maybe a quote
-			case c >= 0x80:
-				plain = false
-			}
-		}
-		if plain {
-			return string(b[1:i]), b[i+1:]
-		}
-		var s string
-		_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
-		return s, b[i+1:]
+		s, rest := orderedString(b)
+		return s, rest
 	case 't':
 		return true, b[len("true"):]
 	case 'f':
@@ -445,6 +447,75 @@ func orderedValue(b []byte) (any, []byte) {
 	return json.Number(b[:i]), b[i:]
 }
 
+// set is omap.set for the object being read, whose members are
+// d.kvs[base:]: a repeated key replaces the value, in its place, as a
+// map's does.
+func (d *orderedDecoder) set(base int, k string, v any) {
+	for i := base; i < len(d.kvs); i++ {
+		if d.kvs[i].K == k {
+			d.kvs[i].V = v
+			return
+		}
+	}
+	d.kvs = append(d.kvs, kv{k, v})
+}
+
+// orderedString reads the string literal at the start of b, which is
+// valid JSON, and returns its text and what follows. Text without escapes
+// or non-ASCII bytes is taken as it is (the keys of the protocol as
+// constants); other text is unquoted by encoding/json.
+func orderedString(b []byte) (string, []byte) {
+	plain := true
+	i := 1
+	for ; b[i] != '"'; i++ {
+		switch c := b[i]; {
+		case c == '\\':
+			plain = false
+			i++ // the escaped character, maybe a quote
+		case c >= 0x80:
+			plain = false
+		}
+	}
+	if plain {
+		return protocolKey(b[1:i]), b[i+1:]
+	}
+	var s string
+	_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
+	return s, b[i+1:]
+}
+
+// protocolKey returns t as a string: a constant for the keys every prompt
+// sends, so that they cost no copy.
+func protocolKey(t []byte) string {
+	switch string(t) {
+	case "prompt":
+		return "prompt"
+	case "class_type":
+		return "class_type"
+	case "inputs":
+		return "inputs"
+	case "_meta":
+		return "_meta"
+	case "title":
+		return "title"
+	case "client_id":
+		return "client_id"
+	case "prompt_id":
+		return "prompt_id"
+	case "extra_data":
+		return "extra_data"
+	case "extra_pnginfo":
+		return "extra_pnginfo"
+	case "number":
+		return "number"
+	case "front":
+		return "front"
+	case "partial_execution_targets":
+		return "partial_execution_targets"
+	}
+	return string(t)
+}
+
 // rawMember returns a copy of the text of member key of the JSON object
 // obj (valid JSON): the last one when the key repeats, as decoding obj
 // into a map finds it. ok is false when obj is not an object or has no
@@ -456,7 +527,7 @@ func rawMember(obj []byte, key string) (raw json.RawMessage, ok bool) {
 	}
 	b = skipSpace(b[1:])
 	for b[0] != '}' {
-		k, rest := orderedValue(b) // keys are strings, unescaped as a map's are
+		k, rest := orderedString(b) // unescaped as a map's keys are
 		val := skipSpace(skipSpace(rest)[1:])
 		rest = skipValue(val)
 		if k == key {

@@ -310,3 +310,30 @@ func transcriptFrames(t *testing.T) [][]byte {
 	}
 	return out
 }
+
+// TestAppendProgressState: a run's progress_state frame is the one
+// appendPyMessage writes for the objects it stands for.
+func TestAppendProgressState(t *testing.T) {
+	t.Parallel()
+	r := &run{t: &task{id: "p-é"}}
+	check := func() {
+		t.Helper()
+		nodes := omap{}
+		for _, p := range r.progress {
+			nodes = append(nodes, kv{p.id, omap{{"value", p.value}, {"max", p.max}, {"state", p.state}, {"node_id", p.id},
+				{"prompt_id", r.t.id}, {"display_node_id", p.id}, {"parent_node_id", nil}, {"real_node_id", p.id}}})
+		}
+		want := appendPyMessage(nil, "progress_state", omap{{"prompt_id", r.t.id}, {"nodes", nodes}})
+		assert.Equal(t, string(want), string(r.appendProgressState([]byte("x"))[1:]))
+	}
+	check()
+	r.setProgress("1", pyFloat(0), pyFloat(1), "running")
+	check()
+	r.setProgress("1", pyFloat(1), pyFloat(1), "finished")
+	r.setProgress("12", 3, 20, "running")
+	r.setProgress("nœud \"2\"", 300, 1000, "running")
+	check()
+	r.setProgress("12", 20, 20, "finished")
+	check()
+	assert.Len(t, r.progress, 3)
+}

@@ -271,11 +271,15 @@ func (s *Server) broadcastStatusLocked() {
 // sendLocked routes a JSON message: to the client when has is true (dropped
 // if it is not connected), otherwise to every registered socket. The
 // cloud dialect ignores client ids: every socket gets every message.
-//
-// The frame is encoded into a pooled buffer, which the socket's writer
+func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
+	s.sendFrameLocked(client, has, func(b []byte) []byte { return appendPyMessage(b, typ, data) })
+}
+
+// sendFrameLocked routes a JSON message as sendLocked does, the frame
+// appended by encode: into a pooled buffer, which the socket's writer
 // returns once it wrote it; a frame for several sockets is copied once
 // for them all.
-func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
+func (s *Server) sendFrameLocked(client string, has bool, encode func(b []byte) []byte) {
 	var one *wsConn
 	n := 0
 	switch {
@@ -298,7 +302,7 @@ func (s *Server) sendLocked(client string, has bool, typ string, data omap) {
 		return
 	}
 	buf := getBuf()
-	*buf = appendPyMessage(*buf, typ, data)
+	*buf = encode(*buf)
 	if n == 1 {
 		one.enqueue(frame{data: *buf, buf: buf})
 		return
