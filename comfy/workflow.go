@@ -103,54 +103,182 @@ func parseWorkflowNodes(data []byte) (Workflow, error) {
 	return w, nil
 }
 
-// parseWorkflowDirect is ParseWorkflow for a well-formed workflow, in one
-// decoder: each node decodes into a map, whose class_type and inputs
-// become the Node (node by node, the inputs took a decoder each). A
-// node's _meta is decoded from its text, as parseWorkflowNodes does:
-// encoding/json matches title without regard to case, and which of two
-// spellings wins depends on their order, which a map loses. ok is false
-// for anything else (an error to report, say), which parseWorkflowNodes
+// parseWorkflowDirect is ParseWorkflow for a well-formed workflow, read
+// from the text by hand once json.Valid accepted it: each node straight
+// into its Node, the inputs into their map, without the reflection, the
+// map per node and the copy of the text of encoding/json's Decoder. A
+// node's _meta is decoded from its text by encoding/json, as
+// parseWorkflowNodes does: it matches title without regard to case, and
+// which of two spellings wins depends on their order. ok is false for
+// anything else (an error to report, say), which parseWorkflowNodes
 // decodes; where both succeed they agree (TestParseWorkflowDirect).
 func parseWorkflowDirect(data []byte) (Workflow, bool) {
-	var nodes map[string]map[string]any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if dec.Decode(&nodes) != nil || dec.More() || len(nodes) == 0 {
+	if !json.Valid(data) {
 		return nil, false
 	}
-	if _, ok := nodes["nodes"]; ok {
-		if _, ok := nodes["links"]; ok {
-			return nil, false // UI format
+	b := skipJSONSpace(data)
+	if b[0] != '{' {
+		return nil, false
+	}
+	w := make(Workflow)
+	var hasNodes, hasLinks bool
+	b = skipJSONSpace(b[1:])
+	for b[0] != '}' {
+		id, rest := jsonText(b)
+		b = skipJSONSpace(skipJSONSpace(rest)[1:]) // after the ':'
+		switch id {
+		case "nodes":
+			hasNodes = true
+		case "links":
+			hasLinks = true
+		}
+		var node Node
+		var ok bool
+		if node, b, ok = parseNode(b); !ok {
+			return nil, false
+		}
+		w[id] = node // a repeated id: the last, as a map's decoder does
+		if b = skipJSONSpace(b); b[0] == ',' {
+			b = skipJSONSpace(b[1:])
 		}
 	}
-	w := make(Workflow, len(nodes))
-	var metas map[string]map[string]json.RawMessage // the nodes' text, for _meta
-	for id, fields := range nodes {
-		classType, _ := fields["class_type"].(string)
-		if fields == nil || classType == "" {
-			return nil, false
-		}
-		node := Node{ClassType: classType}
-		switch in := fields["inputs"].(type) {
-		case nil:
-			node.Inputs = map[string]any{}
-		case map[string]any:
-			node.Inputs = in
-		default:
-			return nil, false
-		}
-		if fields["_meta"] != nil {
-			if metas == nil && json.Unmarshal(data, &metas) != nil {
-				return nil, false
-			}
-			node.Meta = new(NodeMeta)
-			if json.Unmarshal(metas[id]["_meta"], node.Meta) != nil {
-				return nil, false
-			}
-		}
-		w[id] = node
+	if len(skipJSONSpace(b[1:])) > 0 || len(w) == 0 || hasNodes && hasLinks {
+		return nil, false // data after the object, no nodes, or the UI format
 	}
 	return w, true
+}
+
+// parseNode reads the node at the start of b (valid JSON) and returns what
+// follows it; ok is false for a node that is not an object, or that has
+// no class_type, inputs that are not an object, or a _meta that does not
+// decode.
+func parseNode(b []byte) (n Node, rest []byte, ok bool) {
+	if b[0] != '{' {
+		return n, nil, false
+	}
+	var meta []byte // the last _meta's text, when it is not null
+	hasInputs := false
+	b = skipJSONSpace(b[1:])
+	for b[0] != '}' {
+		key, rest := jsonText(b)
+		b = skipJSONSpace(skipJSONSpace(rest)[1:]) // after the ':'
+		var v any
+		start := b
+		v, b = jsonValue(b)
+		switch key {
+		case "class_type":
+			n.ClassType, _ = v.(string)
+		case "inputs":
+			switch in := v.(type) {
+			case nil:
+				n.Inputs, hasInputs = nil, false
+			case map[string]any:
+				n.Inputs, hasInputs = in, true
+			default:
+				return n, nil, false
+			}
+		case "_meta":
+			meta = nil
+			if v != nil {
+				meta = start[:len(start)-len(b)]
+			}
+		}
+		if b = skipJSONSpace(b); b[0] == ',' {
+			b = skipJSONSpace(b[1:])
+		}
+	}
+	if n.ClassType == "" {
+		return n, nil, false
+	}
+	if !hasInputs {
+		n.Inputs = map[string]any{}
+	}
+	if meta != nil {
+		n.Meta = new(NodeMeta)
+		if json.Unmarshal(meta, n.Meta) != nil {
+			return n, nil, false
+		}
+	}
+	return n, b[1:], true
+}
+
+// jsonValue decodes the value at the start of b, which is valid JSON, as
+// encoding/json decodes into an interface with UseNumber (map[string]any,
+// []any, json.Number, string, bool, nil), and returns what follows it.
+func jsonValue(b []byte) (any, []byte) {
+	switch b[0] {
+	case '{':
+		m := make(map[string]any)
+		b = skipJSONSpace(b[1:])
+		for b[0] != '}' {
+			k, rest := jsonText(b)
+			var v any
+			v, b = jsonValue(skipJSONSpace(skipJSONSpace(rest)[1:]))
+			m[k] = v
+			if b = skipJSONSpace(b); b[0] == ',' {
+				b = skipJSONSpace(b[1:])
+			}
+		}
+		return m, b[1:]
+	case '[':
+		var buf [8]any // most lists are links: two items
+		items := buf[:0]
+		b = skipJSONSpace(b[1:])
+		for b[0] != ']' {
+			var v any
+			v, b = jsonValue(b)
+			items = append(items, v)
+			if b = skipJSONSpace(b); b[0] == ',' {
+				b = skipJSONSpace(b[1:])
+			}
+		}
+		return append(make([]any, 0, len(items)), items...), b[1:]
+	case '"':
+		s, rest := jsonText(b)
+		return s, rest
+	case 't':
+		return true, b[len("true"):]
+	case 'f':
+		return false, b[len("false"):]
+	case 'n':
+		return nil, b[len("null"):]
+	}
+	i := 0
+	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		i++
+	}
+	return json.Number(b[:i]), b[i:]
+}
+
+// jsonText reads the string literal at the start of b, which is valid
+// JSON, and returns its text and what follows it: printable ASCII without
+// escapes as it is, anything else unquoted by encoding/json.
+func jsonText(b []byte) (string, []byte) {
+	plain := true
+	i := 1
+	for ; b[i] != '"'; i++ {
+		switch c := b[i]; {
+		case c == '\\':
+			plain = false
+			i++ // the escaped character, maybe a quote
+		case c < 0x20 || c >= 0x80:
+			plain = false
+		}
+	}
+	if plain {
+		return string(b[1:i]), b[i+1:]
+	}
+	var s string
+	_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
+	return s, b[i+1:]
+}
+
+// skipJSONSpace drops the whitespace JSON allows before a token.
+func skipJSONSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
 }
 
 // Clone returns a deep copy of w: nodes, inputs maps and the JSON values

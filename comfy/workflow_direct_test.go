@@ -78,3 +78,22 @@ func FuzzParseWorkflowDirect(f *testing.F) {
 	}
 	f.Fuzz(checkParseWorkflowDirect)
 }
+
+// BenchmarkParseWorkflow parses the workflow of bench.Job as a pool
+// stores it (encoding/json's form), and ComfyUI's default workflow.
+func BenchmarkParseWorkflow(b *testing.B) {
+	cases := workflowCases(b)
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"job", cases[1]}, {"default", cases[0]}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseWorkflow(c.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
