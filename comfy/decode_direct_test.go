@@ -774,3 +774,59 @@ func FuzzHistoryEntryInPlace(f *testing.F) {
 	}
 	f.Fuzz(checkHistoryEntryInPlace)
 }
+
+// promptResponseCases are 2xx answers to POST /prompt of shapes the
+// in-place reader must either read as the full decoder does or leave to
+// it.
+var promptResponseCases = []string{
+	`{"prompt_id": "1eb5c9f7-d05b-43de-b1e9-9453d89cd845", "number": 20, "node_errors": {}}`,
+	`{"prompt_id": "my-own-id-1", "number": -21.5, "node_errors": {}}`,
+	`{"prompt_id": "p", "number": 5.0}`,
+	`{"number": 5, "prompt_id": "p"}`,
+	`{"prompt_id": "p", "number": "7", "node_errors": {}}`,
+	`{"prompt_id": "p", "number": null, "node_errors": {}}`,
+	`{"prompt_id": "p", "number": 1e999, "node_errors": {}}`,
+	`{"prompt_id": "p", "number": 3, "node_errors": []}`,
+	`{"prompt_id": "p", "number": 3, "node_errors": 5}`,
+	`{"prompt_id": "p", "number": 3, "node_errors": { }}`,
+	`{"prompt_id": "p", "number": 3, "node_errors": {"5": {"errors": [], "dependent_outputs": ["5"], "class_type": "X"}}}`,
+	`{"prompt_id": "", "number": 3, "node_errors": {}}`,
+	`{"prompt_id": null, "number": 3, "node_errors": {}}`,
+	`{"prompt_id": 5, "number": 3, "node_errors": {}}`,
+	`{"prompt_id": "p\u0031", "number": 3, "node_errors": {}}`,
+	`{"number": 3, "node_errors": {}}`,
+	`{"prompt_id": "p", "prompt_id": "q"}`,
+	`{"prompt_id": "p", "extra": 1}`,
+	`{"Prompt_ID": "p"}`,
+	`{"prompt_id":"p"}`,
+	`{"prompt_id": "p"} `,
+	`{}`, `[]`, `null`, ``,
+}
+
+// TestPromptResponseInPlace: the fake's answer is read in place, and
+// whatever the in-place reader reads, it reads as the full decoder does.
+func TestPromptResponseInPlace(t *testing.T) {
+	_, ok := promptResponseInPlace([]byte(promptResponseCases[0]))
+	assert.True(t, ok)
+	for _, body := range promptResponseCases {
+		checkPromptResponseInPlace(t, []byte(body))
+	}
+}
+
+func checkPromptResponseInPlace(t *testing.T, body []byte) {
+	t.Helper()
+	got, ok := promptResponseInPlace(body)
+	if !ok {
+		return
+	}
+	want, err := decodePromptAccepted("/prompt", body)
+	require.NoError(t, err, "%q", body)
+	assert.Equal(t, want, got, "%q", body)
+}
+
+func FuzzPromptResponseInPlace(f *testing.F) {
+	for _, body := range promptResponseCases {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(checkPromptResponseInPlace)
+}

@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sync"
 )
 
@@ -305,8 +306,10 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 			req = &r
 		}
 	}
-	body, err := json.Marshal(req)
+	body, err := req.marshal()
 	if err != nil {
+		// As json.Marshal(req) reports its MarshalJSON's failure.
+		err = &json.MarshalerError{Type: reflect.TypeFor[*PromptRequest](), Err: err}
 		return nil, fmt.Errorf("comfy: POST %s/prompt: %w: %w", c.prefix(), ErrInvalidWorkflow, err)
 	}
 	r := request{method: http.MethodPost, path: "/prompt", body: bytes.NewReader(body), ctype: "application/json"}
@@ -324,7 +327,7 @@ func (c *Client) QueuePrompt(ctx context.Context, req *PromptRequest) (*PromptRe
 	// Scrubbed before decoding, so that no field of the answer or of the
 	// error (node errors, details, extra_info, a cut body) holds a
 	// credential the server echoed.
-	return decodePromptResponse(resp.StatusCode, c.prefix()+r.path, []byte(c.scrub(string(b))))
+	return decodePromptResponse(resp.StatusCode, c.prefix()+r.path, c.secrets.scrubBytes(b))
 }
 
 // QueueRemaining returns the number of prompts pending or running (GET /prompt).

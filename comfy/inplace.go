@@ -800,3 +800,27 @@ func historyStatusOf(v ipValue) (*HistoryStatus, bool) {
 		}
 	}
 }
+
+// promptResponseInPlace reads a POST /prompt answer of status 2xx as the
+// server writes it for a prompt it accepted whole, {"prompt_id": "id",
+// "number": 3, "node_errors": {}}. ok is false for another form (node
+// errors, say), which decodePromptResponse decodes; where both succeed
+// they agree (TestPromptResponseInPlace).
+func promptResponseInPlace(body []byte) (*PromptResponse, bool) {
+	var r PromptResponse
+	var seen fieldSet
+	ok := readObject(body, func(key []byte, v ipValue) bool {
+		switch string(key) {
+		case "prompt_id":
+			r.PromptID = string(v.text)
+			return v.kind == '"' && len(v.text) > 0 && seen.first(0)
+		case "number":
+			r.Number = lfloatOf(v)
+			return seen.first(1)
+		case "node_errors":
+			return v.kind == '{' && string(v.raw) == "{}" && seen.first(2)
+		}
+		return false
+	})
+	return &r, ok && seen&1 != 0
+}

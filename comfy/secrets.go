@@ -164,6 +164,15 @@ func (s *scrubber) scrub(text string) string {
 // scrubCut scrubs text, then cuts it to at most n bytes (on a rune
 // boundary). Scrubbing first means a credential straddling the cut is
 // recognised whole; text should extend s.margin bytes beyond n for that.
+// scrubBytes is scrub for bytes: b itself when there is nothing to
+// scrub, without the copies to and from a string.
+func (s *scrubber) scrubBytes(b []byte) []byte {
+	if s == nil || len(s.lits) == 0 {
+		return b
+	}
+	return []byte(s.scrub(string(b)))
+}
+
 func (s *scrubber) scrubCut(text string, n int) string {
 	text = s.scrub(text)
 	if len(text) <= n {

@@ -432,15 +432,7 @@ type PromptRequest struct {
 
 // MarshalJSON encodes the request in the server's field names.
 func (r *PromptRequest) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Prompt                  Workflow       `json:"prompt"`
-		ClientID                string         `json:"client_id,omitempty"`
-		PromptID                string         `json:"prompt_id,omitempty"`
-		ExtraData               map[string]any `json:"extra_data,omitempty"`
-		Front                   bool           `json:"front,omitempty"`
-		Number                  *float64       `json:"number,omitempty"`
-		PartialExecutionTargets []string       `json:"partial_execution_targets,omitempty"`
-	}{r.Prompt, r.ClientID, r.PromptID, r.ExtraData, r.Front, r.Number, r.PartialExecutionTargets})
+	return r.marshal()
 }
 
 // PromptResponse is the server's acceptance of a prompt. NodeErrors may be
@@ -490,22 +482,10 @@ func (n *nodeErrors) UnmarshalJSON(b []byte) error {
 // prompt_id, is an error wrapping ErrBadResponse.
 func decodePromptResponse(status int, path string, body []byte) (*PromptResponse, error) {
 	if status >= 200 && status <= 299 {
-		var w struct {
-			PromptID   *string    `json:"prompt_id"`
-			Number     lfloat     `json:"number"`
-			NodeErrors nodeErrors `json:"node_errors"`
+		if r, ok := promptResponseInPlace(body); ok {
+			return r, nil
 		}
-		if err := json.Unmarshal(body, &w); err != nil {
-			return nil, badResponse("POST "+path, err.Error())
-		}
-		if w.PromptID == nil || *w.PromptID == "" {
-			return nil, badResponse("POST "+path, "answer has no prompt_id")
-		}
-		var ne map[string]NodeError
-		if len(w.NodeErrors) > 0 {
-			ne = w.NodeErrors
-		}
-		return &PromptResponse{PromptID: *w.PromptID, Number: float64(w.Number), NodeErrors: ne}, nil
+		return decodePromptAccepted(path, body)
 	}
 	if status == 400 {
 		var w struct {
@@ -521,6 +501,26 @@ func decodePromptResponse(status int, path string, body []byte) (*PromptResponse
 		}
 	}
 	return nil, &HTTPError{Method: "POST", Path: path, StatusCode: status, Body: string(truncBytes(body, 4<<10))}
+}
+
+// decodePromptAccepted decodes a 2xx answer to POST /prompt of any form.
+func decodePromptAccepted(path string, body []byte) (*PromptResponse, error) {
+	var w struct {
+		PromptID   *string    `json:"prompt_id"`
+		Number     lfloat     `json:"number"`
+		NodeErrors nodeErrors `json:"node_errors"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, badResponse("POST "+path, err.Error())
+	}
+	if w.PromptID == nil || *w.PromptID == "" {
+		return nil, badResponse("POST "+path, "answer has no prompt_id")
+	}
+	var ne map[string]NodeError
+	if len(w.NodeErrors) > 0 {
+		ne = w.NodeErrors
+	}
+	return &PromptResponse{PromptID: *w.PromptID, Number: float64(w.Number), NodeErrors: ne}, nil
 }
 
 func truncBytes(b []byte, n int) []byte {
