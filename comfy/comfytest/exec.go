@@ -383,22 +383,10 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	if !sleep(ctx, s.opts.HistoryDelay) {
 		return
 	}
-	entry := omap{
-		{"prompt", []any{t.numJSON, t.id, t.prompt, stripSecrets(t.extra), stringsAny(t.outputs)}},
-		{"outputs", orEmptyMap(r.ui)},
-		{"status", omap{{"status_str", status}, {"completed", res == resSuccess}, {"messages", orEmpty(r.messages)}}},
-	}
-	if !s.opts.Dialect.NoDisplayNode {
-		meta := omap{}
-		for _, e := range r.ui {
-			meta = append(meta, kv{e.K, omap{{"node_id", e.K}, {"display_node", e.K}, {"parent_node", nil}, {"real_node_id", e.K}}})
-		}
-		entry = append(entry, kv{"meta", meta})
-	}
 	// Encoded into a pooled buffer, then copied once at its size: appended
 	// to from nil, the entry's JSON was copied at each doubling.
 	buf := getBuf()
-	b, err := appendPy(*buf, entry)
+	b, err := r.appendHistoryEntry(*buf, status, res == resSuccess)
 	if err != nil { // a UI value of the user's that does not encode
 		b, _ = appendPy((*buf)[:0], omap{{"comfytest_encode_error", err.Error()}})
 	}
@@ -435,6 +423,87 @@ func (s *Server) execute(ctx context.Context, t *task) {
 }
 
 const maxHistory = 10000
+
+// appendHistoryEntry appends the run's history entry, as appendPy writes
+//
+//	omap{{"prompt", []any{number, id, prompt, extra without its secrets,
+//	outputs}}, {"outputs", ui}, {"status", omap{{"status_str", status},
+//	{"completed", completed}, {"messages", messages}}}, {"meta", omap{{node id,
+//	omap{{"node_id", node id}, {"display_node", node id}, {"parent_node", nil},
+//	{"real_node_id", node id}}}, ...}}}
+//
+// (meta unless the dialect has no display node), without building those
+// objects: they were most of what the end of a run allocated. It fails
+// where appendPy would, on a UI value that does not encode.
+func (r *run) appendHistoryEntry(b []byte, status string, completed bool) ([]byte, error) {
+	t := r.t
+	b = append(b, `{"prompt": [`...)
+	b, err := appendPy(b, t.numJSON)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, ", "...)
+	b = appendPyString(b, t.id)
+	b = append(b, ", "...)
+	if b, err = appendPyObject(b, t.prompt); err != nil {
+		return nil, err
+	}
+	b = append(b, ", {"...)
+	n := 0
+	for _, e := range t.extra { // stripSecrets
+		if e.K == "api_key_comfy_org" || e.K == "auth_token_comfy_org" {
+			continue
+		}
+		if n++; n > 1 {
+			b = append(b, ", "...)
+		}
+		b = appendPyString(b, e.K)
+		b = append(b, ": "...)
+		if b, err = appendPy(b, e.V); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, "}, ["...)
+	for i, o := range t.outputs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPyString(b, o)
+	}
+	b = append(b, `]], "outputs": `...)
+	if b, err = appendPyObject(b, r.ui); err != nil {
+		return nil, err
+	}
+	b = append(b, `, "status": {"status_str": `...)
+	b = appendPyString(b, status)
+	b = append(b, `, "completed": `...)
+	b = strconv.AppendBool(b, completed)
+	b = append(b, `, "messages": `...)
+	if r.messages == nil {
+		b = append(b, "[]"...)
+	} else if b, err = appendPy(b, r.messages); err != nil {
+		return nil, err
+	}
+	b = append(b, '}')
+	if !r.s.opts.Dialect.NoDisplayNode {
+		b = append(b, `, "meta": {`...)
+		for i, e := range r.ui {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPyString(b, e.K)
+			b = append(b, `: {"node_id": `...)
+			b = appendPyString(b, e.K)
+			b = append(b, `, "display_node": `...)
+			b = appendPyString(b, e.K)
+			b = append(b, `, "parent_node": null, "real_node_id": `...)
+			b = appendPyString(b, e.K)
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
 
 func orEmptyMap(m omap) omap {
 	if m == nil {

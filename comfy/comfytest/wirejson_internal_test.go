@@ -337,3 +337,54 @@ func TestAppendProgressState(t *testing.T) {
 	check()
 	assert.Len(t, r.progress, 3)
 }
+
+// historyEntryObject is the history entry execute built before
+// appendHistoryEntry, as objects.
+func historyEntryObject(r *run, status string, completed bool) omap {
+	t := r.t
+	entry := omap{
+		{"prompt", []any{t.numJSON, t.id, t.prompt, stripSecrets(t.extra), stringsAny(t.outputs)}},
+		{"outputs", orEmptyMap(r.ui)},
+		{"status", omap{{"status_str", status}, {"completed", completed}, {"messages", orEmpty(r.messages)}}},
+	}
+	if !r.s.opts.Dialect.NoDisplayNode {
+		meta := omap{}
+		for _, e := range r.ui {
+			meta = append(meta, kv{e.K, omap{{"node_id", e.K}, {"display_node", e.K}, {"parent_node", nil}, {"real_node_id", e.K}}})
+		}
+		entry = append(entry, kv{"meta", meta})
+	}
+	return entry
+}
+
+// TestAppendHistoryEntry: a run's history entry is written as appendPy
+// writes the objects it stands for, and fails where it fails.
+func TestAppendHistoryEntry(t *testing.T) {
+	t.Parallel()
+	prompt, err := decodeOrdered([]byte(`{"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "color": 1.5, "é": "ü"}}, "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0]}}}`))
+	require.NoError(t, err)
+	ui := omap{{"2", omap{{"images", []any{omap{{"filename", "a.png"}, {"subfolder", ""}, {"type", "output"}}}}}}, {"9", omap{{"text", []any{"h\u00e9"}}}}}
+	for _, tc := range []struct {
+		name string
+		r    *run
+	}{
+		{"empty", &run{s: &Server{}, t: &task{numJSON: int64(0), id: "p"}}},
+		{"success", &run{s: &Server{}, t: &task{numJSON: int64(-3), id: "p", prompt: prompt.(omap), outputs: []string{"2", "9"},
+			extra: omap{{"client_id", "c"}, {"api_key_comfy_org", "k"}, {"x", []any{1}}, {"auth_token_comfy_org", "t"}, {"api_key_comfy_org", "k2"}}},
+			ui: ui, messages: []any{[]any{"execution_start", omap{{"prompt_id", "p"}}}}}},
+		{"float number, secrets only", &run{s: &Server{}, t: &task{numJSON: pyFloat(2.5), id: "p\"q", extra: omap{{"api_key_comfy_org", "k"}}}}},
+		{"no display node", &run{s: &Server{opts: Options{Dialect: Dialect{NoDisplayNode: true}}}, t: &task{numJSON: int64(1), id: "p"}, ui: ui}},
+		{"UI that does not encode", &run{s: &Server{}, t: &task{numJSON: int64(1), id: "p"}, ui: omap{{"2", omap{{"x", func() {}}}}}}},
+	} {
+		for _, status := range []string{"success", "error"} {
+			want, wantErr := appendPy(nil, historyEntryObject(tc.r, status, status == "success"))
+			got, err := tc.r.appendHistoryEntry([]byte("x"), status, status == "success")
+			if wantErr != nil {
+				assert.EqualError(t, err, wantErr.Error(), tc.name)
+				continue
+			}
+			require.NoError(t, err, tc.name)
+			assert.Equal(t, string(want), string(got[1:]), tc.name)
+		}
+	}
+}
