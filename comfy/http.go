@@ -235,16 +235,19 @@ func (c *Client) fetchTransient(ctx context.Context, r request, limit int64, use
 }
 
 // call sends r, expects 2xx, and decodes a JSON answer into out (nil: the
-// body is drained and ignored).
+// body is drained and ignored). The answer is read into a reused buffer
+// (fetchTransient): encoding/json copies what it keeps, json.RawMessage
+// and the package's own decoders included.
 func (c *Client) call(ctx context.Context, r request, limit int64, out any) error {
-	b, err := c.fetch(ctx, r, limit)
-	if err != nil || out == nil {
-		return err
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return c.badResponse(r.method+" "+c.prefix()+r.path, err.Error())
-	}
-	return nil
+	return c.fetchTransient(ctx, r, limit, func(b []byte) error {
+		if out == nil {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return c.badResponse(r.method+" "+c.prefix()+r.path, err.Error())
+		}
+		return nil
+	})
 }
 
 // jsonRequest builds a request with a JSON body.

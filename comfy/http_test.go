@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/comfypool/comfypool/comfy"
+	"github.com/comfypool/comfypool/comfy/comfytest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -639,4 +641,19 @@ func TestQueuePromptComfyOrgAPIKey(t *testing.T) {
 	assert.Equal(t, map[string]any{"extra_pnginfo": "x"}, theirs, "the caller's map is unchanged")
 	assert.NotContains(t, err.Error(), key)
 	assert.NotContains(t, fmt.Sprintf("%+v", pe), key)
+}
+
+// BenchmarkSystemStats asks an in-memory fake for GET /system_stats, as a
+// pool does after every prompt: the client's share with net/http's and
+// the fake's.
+func BenchmarkSystemStats(b *testing.B) {
+	srv := comfytest.NewInMemoryServer(nil)
+	defer srv.Close()
+	c := runClient(b, srv, &comfy.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.SystemStats(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
