@@ -272,6 +272,7 @@ func (s *session) serve(ctx context.Context, conn *websocket.Conn, clientID stri
 func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan struct{}) error {
 	limit := s.c.opts.ReadLimit
 	scratch := make([]byte, firstChunk) // reused: most messages are a few hundred bytes
+	var ids textCache                   // the prompt id of the last message
 	for first := true; ; first = false {
 		// Not conn.Read: its io.ReadAll costs several times the limit
 		// for a message that is too large.
@@ -296,7 +297,7 @@ func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan s
 		if typ == websocket.MessageBinary {
 			m, err = DecodeBinary(data)
 		} else {
-			m, err = DecodeMessage(data)
+			m, err = decodeMessage(data, &ids)
 		}
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "comfy: undecodable websocket message",

@@ -25,8 +25,14 @@ import (
 // "executing" with "node": null gives an [Executing] with Node "" (the end
 // of the prompt). The returned message does not alias data.
 func DecodeMessage(data []byte) (Message, error) {
+	return decodeMessage(data, nil)
+}
+
+// decodeMessage is DecodeMessage, the prompt ids read in place shared
+// through ids (see textCache).
+func decodeMessage(data []byte, ids *textCache) (Message, error) {
 	if typ, d, ok := splitEnvelope(data); ok {
-		return decodeTyped(typ, d)
+		return decodeTyped(typ, d, ids)
 	}
 	return decodeEnvelope(data)
 }
@@ -44,7 +50,7 @@ func decodeEnvelope(data []byte) (Message, error) {
 	if env.Type == nil {
 		return nil, fmt.Errorf("%w: websocket message has no type", ErrBadResponse)
 	}
-	return decodeTyped(*env.Type, env.Data)
+	return decodeTyped(*env.Type, env.Data, nil)
 }
 
 // splitEnvelope finds the type and the data of a message written as the
@@ -122,11 +128,11 @@ const jsonSpace = " \t\r\n"
 
 // decodeTyped decodes the data of a message of the given type. It is shared
 // by DecodeMessage and the history decoder ([name, data] pairs).
-func decodeTyped(typ string, data json.RawMessage) (Message, error) {
+func decodeTyped(typ string, data json.RawMessage, ids *textCache) (Message, error) {
 	if isNull(data) {
 		data = nil
 	}
-	m, err := decodeKnown(typ, data)
+	m, err := decodeKnown(typ, data, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s message: %v", ErrBadResponse, typ, err)
 	}
@@ -168,8 +174,8 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func decodeKnown(typ string, data []byte) (Message, error) {
-	if m, ok := decodeInPlace(typ, data); ok {
+func decodeKnown(typ string, data []byte, ids *textCache) (Message, error) {
+	if m, ok := decodeInPlace(typ, data, ids); ok {
 		return m, nil
 	}
 	return decodeLenient(typ, data)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -119,7 +120,7 @@ func TestProgressStateInPlace(t *testing.T) {
 			continue
 		}
 		n++
-		got, ok := progressStateInPlace(data)
+		got, ok := progressStateInPlace(data, nil)
 		require.True(t, ok, "%s", frame)
 		assert.NotEmpty(t, got.Nodes)
 		checkProgressStateInPlace(t, data)
@@ -127,7 +128,7 @@ func TestProgressStateInPlace(t *testing.T) {
 	assert.Greater(t, n, 10)
 	read := 0
 	for _, data := range progressStateCases {
-		if _, ok := progressStateInPlace([]byte(data)); ok {
+		if _, ok := progressStateInPlace([]byte(data), nil); ok {
 			read++
 		}
 		checkProgressStateInPlace(t, []byte(data))
@@ -137,14 +138,16 @@ func TestProgressStateInPlace(t *testing.T) {
 
 func checkProgressStateInPlace(t *testing.T, data []byte) {
 	t.Helper()
-	got, ok := progressStateInPlace(data)
-	if !ok {
-		return
+	for _, ids := range []*textCache{nil, {}, {last: "p"}} {
+		got, ok := progressStateInPlace(data, ids)
+		if !ok {
+			return
+		}
+		require.True(t, json.Valid(data), "%q", data)
+		want, err := decodeProgressStateLenient(data)
+		require.NoError(t, err, "%q", data)
+		assert.Equal(t, want, got, "%q", data)
 	}
-	require.True(t, json.Valid(data), "%q", data)
-	want, err := decodeProgressStateLenient(data)
-	require.NoError(t, err, "%q", data)
-	assert.Equal(t, want, got, "%q", data)
 }
 
 func FuzzProgressStateInPlace(f *testing.F) {
@@ -282,7 +285,7 @@ func statusMessageFull(pair json.RawMessage) (Message, bool) {
 	if !ok {
 		return nil, false
 	}
-	m, err := decodeTyped(name, data)
+	m, err := decodeTyped(name, data, nil)
 	if err != nil {
 		return nil, false
 	}
@@ -335,7 +338,7 @@ func TestStatusMessagePair(t *testing.T) {
 
 func checkStatusPair(t *testing.T, pair []byte) {
 	t.Helper()
-	got, ok := decodeStatusMessage(pair)
+	got, ok := decodeStatusMessage(pair, nil)
 	want, wantOK := statusMessageFull(pair)
 	require.Equal(t, wantOK, ok, "%q", pair)
 	assert.Equal(t, want, got, "%q", pair)
@@ -653,7 +656,7 @@ func TestDecodeInPlace(t *testing.T) {
 			continue
 		}
 		n++
-		_, ok := decodeInPlace(typ, data)
+		_, ok := decodeInPlace(typ, data, nil)
 		assert.True(t, ok, "%s", frame)
 		checkDecodeInPlace(t, typ, data)
 	}
@@ -667,15 +670,41 @@ func TestDecodeInPlace(t *testing.T) {
 
 func checkDecodeInPlace(t *testing.T, typ string, data []byte) {
 	t.Helper()
-	got, ok := decodeInPlace(typ, data)
-	if !ok {
-		assert.Nil(t, got)
-		return
+	for _, ids := range []*textCache{nil, {}, {last: "p"}} {
+		got, ok := decodeInPlace(typ, data, ids)
+		if !ok {
+			assert.Nil(t, got)
+			return
+		}
+		require.True(t, json.Valid(data), "%s %q", typ, data)
+		want, err := decodeLenient(typ, data)
+		require.NoError(t, err, "%s %q", typ, data)
+		assert.Equal(t, want, got, "%s %q", typ, data)
 	}
-	require.True(t, json.Valid(data), "%s %q", typ, data)
-	want, err := decodeLenient(typ, data)
-	require.NoError(t, err, "%s %q", typ, data)
-	assert.Equal(t, want, got, "%s %q", typ, data)
+}
+
+// TestDecodeSharesPromptID: the messages of a prompt read one after the
+// other through a connection's cache share its id's string, and a
+// history entry's status messages the entry's id.
+func TestDecodeSharesPromptID(t *testing.T) {
+	var ids textCache
+	var first string
+	for _, frame := range []string{goldenExecuting, goldenProgressState, goldenExecStart, goldenExecCached} {
+		m, err := decodeMessage([]byte(frame), &ids)
+		require.NoError(t, err)
+		id := m.PromptOf()
+		require.Equal(t, pidE, id)
+		if first == "" {
+			first = id
+		}
+		assert.Same(t, unsafe.StringData(first), unsafe.StringData(id), "%s", frame)
+	}
+	e, err := historyEntryOf([]byte(goldenHistoryOK), pidA, false)
+	require.NoError(t, err)
+	require.NotEmpty(t, e.Status.Messages)
+	for _, m := range e.Status.Messages {
+		assert.Same(t, unsafe.StringData(e.PromptID), unsafe.StringData(m.PromptOf()), "%T", m)
+	}
 }
 
 func FuzzDecodeInPlace(f *testing.F) {

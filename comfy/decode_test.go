@@ -636,8 +636,9 @@ func TestHistoryEntryOf(t *testing.T) {
 }
 
 // BenchmarkDecodePrompt decodes the text frames a real server sent for
-// one prompt of three nodes (comfytest/testdata/a_0.txt): B/op is what
-// the messages of a prompt cost to decode.
+// one prompt of three nodes (comfytest/testdata/a_0.txt), as a
+// connection's reader does: B/op is what the messages of a prompt cost
+// to decode.
 func BenchmarkDecodePrompt(b *testing.B) {
 	f, err := os.ReadFile("comfytest/testdata/a_0.txt")
 	require.NoError(b, err)
@@ -650,8 +651,9 @@ func BenchmarkDecodePrompt(b *testing.B) {
 	require.Len(b, frames, 22)
 	b.ReportAllocs()
 	for b.Loop() {
+		var ids textCache // as a connection's reader decodes them
 		for _, frame := range frames {
-			if _, err := DecodeMessage(frame); err != nil {
+			if _, err := decodeMessage(frame, &ids); err != nil {
 				b.Fatal(err)
 			}
 		}

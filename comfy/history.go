@@ -415,7 +415,7 @@ func decodeHistoryEntryLenient(id string, raw []byte, full bool) (*HistoryEntry,
 		}
 		e.Status = &HistoryStatus{StatusStr: string(st.StatusStr), Completed: bool(st.Completed)}
 		for _, pair := range msgs {
-			if m, ok := decodeStatusMessage(pair); ok {
+			if m, ok := decodeStatusMessage(pair, nil); ok {
 				e.Status.Messages = append(e.Status.Messages, m)
 			}
 		}
@@ -424,15 +424,16 @@ func decodeHistoryEntryLenient(id string, raw []byte, full bool) (*HistoryEntry,
 }
 
 // decodeStatusMessage decodes one [event name, data] pair of a history
-// status; ok is false for a pair of another shape.
-func decodeStatusMessage(pair json.RawMessage) (Message, bool) {
+// status, the prompt ids read in place shared through ids (see
+// textCache); ok is false for a pair of another shape.
+func decodeStatusMessage(pair json.RawMessage, ids *textCache) (Message, bool) {
 	name, data, ok := splitPair(pair)
 	if !ok { // not as the server writes it: decode it in full
 		if name, data, ok = unmarshalPair(pair); !ok {
 			return nil, false
 		}
 	}
-	m, err := decodeTyped(name, data)
+	m, err := decodeTyped(name, data, ids)
 	if err != nil {
 		return nil, false
 	}
@@ -531,7 +532,7 @@ func decodeJob(id string, b []byte) (e *HistoryEntry, done bool, err error) {
 	case jobFailed:
 		if !slices.ContainsFunc(e.Status.Messages, isMessage[*ExecutionError]) {
 			e.Status.StatusStr, e.Status.Completed = "error", false
-			if m, err := decodeTyped(TypeExecutionError, w.ExecutionError); err == nil && !isNull(w.ExecutionError) {
+			if m, err := decodeTyped(TypeExecutionError, w.ExecutionError, nil); err == nil && !isNull(w.ExecutionError) {
 				if ee := m.(*ExecutionError); ee.PromptID == "" {
 					ee.PromptID = id
 				}

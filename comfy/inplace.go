@@ -28,7 +28,7 @@ import (
 // its own. ok is false for any other form, duplicate node ids included,
 // which decodeProgressStateLenient reads; where both succeed they agree
 // (TestProgressStateInPlace).
-func progressStateInPlace(data []byte) (*ProgressState, bool) {
+func progressStateInPlace(data []byte, ids *textCache) (*ProgressState, bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(`{"prompt_id": `))
 	if !ok {
 		return nil, false
@@ -76,7 +76,7 @@ func progressStateInPlace(data []byte) (*ProgressState, bool) {
 	if string(rest) != "}}" {
 		return nil, false
 	}
-	m := &ProgressState{PromptID: string(pid)}
+	m := &ProgressState{PromptID: ids.text(pid)}
 	if len(nodes) > 0 {
 		m.Nodes = make(map[string]NodeProgress, len(nodes))
 		for _, e := range nodes {
@@ -265,26 +265,52 @@ func skipDigits(b []byte, i int) int {
 // in-place reader; ok is false for a type without one, or data in another
 // form, which decodeLenient decodes. Where both succeed they agree
 // (TestDecodeInPlace).
-func decodeInPlace(typ string, data []byte) (Message, bool) {
+func decodeInPlace(typ string, data []byte, ids *textCache) (Message, bool) {
 	var m Message
 	ok := false
 	switch typ {
 	case TypeStatus:
 		m, ok = okMessage(statusInPlace(data))
 	case TypeProgressState:
-		m, ok = okMessage(progressStateInPlace(data))
+		m, ok = okMessage(progressStateInPlace(data, ids))
 	case TypeExecuting:
-		m, ok = okMessage(executingInPlace(data))
+		m, ok = okMessage(executingInPlace(data, ids))
 	case TypeExecuted:
-		m, ok = okMessage(executedInPlace(data))
+		m, ok = okMessage(executedInPlace(data, ids))
 	case TypeProgress:
-		m, ok = okMessage(progressInPlace(data))
+		m, ok = okMessage(progressInPlace(data, ids))
 	case TypeExecutionStart, TypeExecutionSuccess:
-		m, ok = promptEventInPlace(typ, data)
+		m, ok = promptEventInPlace(typ, data, ids)
 	case TypeExecutionCached:
-		m, ok = okMessage(executionCachedInPlace(data))
+		m, ok = okMessage(executionCachedInPlace(data, ids))
 	}
 	return m, ok
+}
+
+// textCache holds the last prompt id the in-place readers read, to give
+// the next message of the same prompt (most follow one another) the same
+// string rather than a copy. A connection's reader owns one; nil caches
+// nothing.
+type textCache struct{ last string }
+
+// text returns t as a string, the cached one when it is the same text.
+func (c *textCache) text(t []byte) string {
+	if c == nil {
+		return string(t)
+	}
+	if string(t) != c.last {
+		c.last = string(t)
+	}
+	return c.last
+}
+
+// lstr is lstrOf(v, ""), the cached string when it is the same text.
+func (c *textCache) lstr(v ipValue) string {
+	switch v.kind {
+	case '"', '0':
+		return c.text(v.text)
+	}
+	return ""
 }
 
 // okMessage turns a reader's answer into decodeInPlace's: a nil message,
@@ -313,7 +339,7 @@ func (s *fieldSet) first(bit uint) bool {
 // {"node": "4", "display_node": "4", "prompt_id": "id"}, or with "node":
 // null at the end of a prompt. A display_node equal to node shares its
 // text.
-func executingInPlace(data []byte) (*Executing, bool) {
+func executingInPlace(data []byte, ids *textCache) (*Executing, bool) {
 	var m Executing
 	var seen fieldSet
 	ok := readObject(data, func(key []byte, v ipValue) bool {
@@ -325,7 +351,7 @@ func executingInPlace(data []byte) (*Executing, bool) {
 			m.DisplayNode = lstrOf(v, m.Node) // usually node's text
 			return seen.first(1)
 		case "prompt_id":
-			m.PromptID = lstrOf(v, "")
+			m.PromptID = ids.lstr(v)
 			return seen.first(2)
 		}
 		return false
@@ -337,7 +363,7 @@ func executingInPlace(data []byte) (*Executing, bool) {
 // "9", "display_node": "9", "output": {"images": [...]}, "prompt_id":
 // "id"}, each kind of the output an object member whose value is kept
 // as it is.
-func executedInPlace(data []byte) (*Executed, bool) {
+func executedInPlace(data []byte, ids *textCache) (*Executed, bool) {
 	var m Executed
 	var seen fieldSet
 	ok := readObject(data, func(key []byte, v ipValue) bool {
@@ -353,7 +379,7 @@ func executedInPlace(data []byte) (*Executed, bool) {
 			m.Output, ok = outputOf(v)
 			return ok && seen.first(2)
 		case "prompt_id":
-			m.PromptID = lstrOf(v, "")
+			m.PromptID = ids.lstr(v)
 			return seen.first(3)
 		}
 		return false
@@ -382,7 +408,7 @@ func outputOf(v ipValue) (Output, bool) {
 
 // progressInPlace reads progress data as the server writes it,
 // {"value": 3, "max": 20, "prompt_id": "id", "node": "3"}.
-func progressInPlace(data []byte) (*Progress, bool) {
+func progressInPlace(data []byte, ids *textCache) (*Progress, bool) {
 	var m Progress
 	var seen fieldSet
 	ok := readObject(data, func(key []byte, v ipValue) bool {
@@ -394,7 +420,7 @@ func progressInPlace(data []byte) (*Progress, bool) {
 			m.Max = lfloatOf(v)
 			return seen.first(1)
 		case "prompt_id":
-			m.PromptID = lstrOf(v, "")
+			m.PromptID = ids.lstr(v)
 			return seen.first(2)
 		case "node":
 			m.Node = lstrOf(v, "")
@@ -407,14 +433,14 @@ func progressInPlace(data []byte) (*Progress, bool) {
 
 // promptEventInPlace reads execution_start or execution_success data as
 // the server writes it, {"prompt_id": "id", "timestamp": 1795301006444}.
-func promptEventInPlace(typ string, data []byte) (Message, bool) {
+func promptEventInPlace(typ string, data []byte, ids *textCache) (Message, bool) {
 	var id string
 	var ts int64
 	var seen fieldSet
 	ok := readObject(data, func(key []byte, v ipValue) bool {
 		switch string(key) {
 		case "prompt_id":
-			id = lstrOf(v, "")
+			id = ids.lstr(v)
 			return seen.first(0)
 		case "timestamp":
 			ts = lintOf(v)
@@ -433,7 +459,7 @@ func promptEventInPlace(typ string, data []byte) (Message, bool) {
 
 // executionCachedInPlace reads execution_cached data as the server
 // writes it, {"nodes": ["1", "2"], "prompt_id": "id", "timestamp": ...}.
-func executionCachedInPlace(data []byte) (*ExecutionCached, bool) {
+func executionCachedInPlace(data []byte, ids *textCache) (*ExecutionCached, bool) {
 	var m ExecutionCached
 	var seen fieldSet
 	ok := readObject(data, func(key []byte, v ipValue) bool {
@@ -443,7 +469,7 @@ func executionCachedInPlace(data []byte) (*ExecutionCached, bool) {
 			m.Nodes, ok = lstrsOf(v)
 			return ok && seen.first(0)
 		case "prompt_id":
-			m.PromptID = lstrOf(v, "")
+			m.PromptID = ids.lstr(v)
 			return seen.first(1)
 		case "timestamp":
 			m.Timestamp = lintOf(v)
@@ -675,7 +701,7 @@ func historyEntryInPlace(id string, raw []byte, full bool) (*HistoryEntry, bool)
 		}
 	}
 	if status.kind == '{' {
-		if e.Status, ok = historyStatusOf(status); !ok {
+		if e.Status, ok = historyStatusOf(status, &textCache{last: id}); !ok {
 			return nil, false
 		}
 	}
@@ -745,9 +771,9 @@ func metaOf(v ipValue) (map[string]NodeMetaInfo, bool) {
 
 // historyStatusOf is the HistoryStatus of v, an entry's status object:
 // its messages (or, on servers of 2024-01-11, notes) decoded as
-// decodeStatusMessage decodes them. ok is false for a status not in the
-// server's form.
-func historyStatusOf(v ipValue) (*HistoryStatus, bool) {
+// decodeStatusMessage decodes them, their prompt ids shared through ids
+// (the entry's id). ok is false for a status not in the server's form.
+func historyStatusOf(v ipValue, ids *textCache) (*HistoryStatus, bool) {
 	st := &HistoryStatus{}
 	var messages, notes ipValue
 	var seen fieldSet
@@ -789,7 +815,7 @@ func historyStatusOf(v ipValue) (*HistoryStatus, bool) {
 		if !ok {
 			return nil, false
 		}
-		if m, ok := decodeStatusMessage(pair.raw); ok {
+		if m, ok := decodeStatusMessage(pair.raw, ids); ok {
 			st.Messages = append(st.Messages, m)
 		}
 		if string(after) == "]" {
