@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -172,27 +173,37 @@ func signatures(prompt omap, changed func(node any) string) map[string]string {
 		if !ok || depth > len(prompt)+1 {
 			return "missing:" + id
 		}
-		h := sha256.New()
-		h.Write([]byte(nodeClass(node)))
+		// What is hashed is put together first, on the stack: through a
+		// hash.Hash, each piece took a copy of its own.
+		var scratch [1024]byte
+		b := append(scratch[:0], nodeClass(node)...)
 		if c := changed(node); c != "" {
-			h.Write([]byte("\x00changed:" + c))
+			b = append(b, "\x00changed:"...)
+			b = append(b, c...)
 		}
 		in := nodeInputs(node)
-		keys := in.keys()
-		sort.Strings(keys)
+		var keyBuf [16]string
+		keys := keyBuf[:0]
+		for _, e := range in {
+			keys = append(keys, e.K)
+		}
+		slices.Sort(keys)
 		for _, k := range keys {
 			v, _ := in.get(k)
-			h.Write([]byte{0})
-			h.Write([]byte(k))
-			h.Write([]byte{0})
+			b = append(b, 0)
+			b = append(b, k...)
+			b = append(b, 0)
 			if src, slot, ok := isLink(v); ok {
-				h.Write([]byte("link:" + sig(src, depth+1) + ":" + strconv.Itoa(slot)))
+				b = append(b, "link:"...)
+				b = append(b, sig(src, depth+1)...)
+				b = append(b, ':')
+				b = strconv.AppendInt(b, int64(slot), 10)
 			} else {
-				var scratch [512]byte
-				h.Write(appendPyValue(scratch[:0], v))
+				b = appendPyValue(b, v)
 			}
 		}
-		v := hex.EncodeToString(h.Sum(nil))
+		sum := sha256.Sum256(b)
+		v := hex.EncodeToString(sum[:])
 		sigs[id] = v
 		return v
 	}

@@ -2,6 +2,8 @@ package comfytest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -386,5 +391,78 @@ func TestAppendHistoryEntry(t *testing.T) {
 			require.NoError(t, err, tc.name)
 			assert.Equal(t, string(want), string(got[1:]), tc.name)
 		}
+	}
+}
+
+// signaturesHash is signatures as it was before its bytes were put
+// together on the stack: each piece written to a hash.Hash.
+func signaturesHash(prompt omap, changed func(node any) string) map[string]string {
+	sigs := map[string]string{}
+	var sig func(id string, depth int) string
+	sig = func(id string, depth int) string {
+		if v, ok := sigs[id]; ok {
+			return v
+		}
+		node, ok := prompt.get(id)
+		if !ok || depth > len(prompt)+1 {
+			return "missing:" + id
+		}
+		h := sha256.New()
+		h.Write([]byte(nodeClass(node)))
+		if c := changed(node); c != "" {
+			h.Write([]byte("\x00changed:" + c))
+		}
+		in := nodeInputs(node)
+		keys := in.keys()
+		sort.Strings(keys)
+		for _, k := range keys {
+			v, _ := in.get(k)
+			h.Write([]byte{0})
+			h.Write([]byte(k))
+			h.Write([]byte{0})
+			if src, slot, ok := isLink(v); ok {
+				h.Write([]byte("link:" + sig(src, depth+1) + ":" + strconv.Itoa(slot)))
+			} else {
+				h.Write(pyJSON(v))
+			}
+		}
+		v := hex.EncodeToString(h.Sum(nil))
+		sigs[id] = v
+		return v
+	}
+	for _, e := range prompt {
+		sig(e.K, 0)
+	}
+	return sigs
+}
+
+// TestSignatures: the nodes' cache keys are what they were, for the
+// default workflow, the built-in ones, a cycle, a link to a missing node,
+// many inputs and a node class whose IS_CHANGED says something.
+func TestSignatures(t *testing.T) {
+	t.Parallel()
+	many := `{"1": {"class_type": "X", "inputs": {`
+	for i := range 40 {
+		if i > 0 {
+			many += ", "
+		}
+		many += fmt.Sprintf(`"in%02d": "%s"`, 39-i, strings.Repeat("v", 30))
+	}
+	many += `}}}`
+	changed := func(node any) string {
+		if nodeClass(node) == "SaveImage" {
+			return "always"
+		}
+		return ""
+	}
+	for _, data := range []string{
+		string(DefaultWorkflow()), string(WorkflowOK), string(WorkflowFailing), many,
+		`{"1": {"class_type": "A", "inputs": {"x": ["2", 0]}}, "2": {"class_type": "B", "inputs": {"y": ["1", 1]}}}`,
+		`{"1": {"class_type": "A", "inputs": {"x": ["9", 0], "é": {"nested": [1.5, null]}}}}`,
+	} {
+		v, err := decodeOrdered([]byte(data))
+		require.NoError(t, err)
+		prompt := v.(omap)
+		assert.Equal(t, signaturesHash(prompt, changed), signatures(prompt, changed), data)
 	}
 }
