@@ -751,27 +751,8 @@ func (r *run) runNode(id string) (runResult, omap) {
 
 	// Resolve inputs.
 	in := map[string]any{}
-	var inOrdered omap
 	for _, e := range nodeInputs(node) {
-		v := e.V
-		if src, slot, ok := isLink(v); ok {
-			outs := r.values[src]
-			if slot >= 0 && slot < len(outs) {
-				v = outs[slot]
-			} else {
-				v = nil
-			}
-		} else if f, ok := v.(pyFloat); ok {
-			v = float64(f)
-		} else if n, ok := v.(json.Number); ok {
-			if i, err := n.Int64(); err == nil {
-				v = i
-			} else if f, err := n.Float64(); err == nil {
-				v = f
-			}
-		}
-		in[e.K] = v
-		inOrdered = append(inOrdered, kv{e.K, v})
+		in[e.K] = r.resolve(e.V)
 	}
 
 	// HangPrompts: block until interrupted, released, or stopped.
@@ -873,6 +854,12 @@ func (r *run) runNode(id string) (runResult, omap) {
 		fail = r.fail
 	}
 	if fail != nil {
+		// The inputs in their order, resolved again (the outputs function
+		// may have changed in): only a failure needs them.
+		var inOrdered omap
+		for _, e := range nodeInputs(node) {
+			inOrdered = append(inOrdered, kv{e.K, r.resolve(e.V)})
+		}
 		return resError, r.errorData(id, fail, inOrdered)
 	}
 	ui := s.uiFor(d, id, in)
@@ -899,6 +886,28 @@ func (r *run) runNode(id string) (runResult, omap) {
 	r.sendProgressStateLocked()
 	r.executed = append(r.executed, id)
 	return resSuccess, nil
+}
+
+// resolve returns the value a node receives for input value v: the
+// output a link names (nil when there is none), numbers as Go numbers.
+func (r *run) resolve(v any) any {
+	if src, slot, ok := isLink(v); ok {
+		if outs := r.values[src]; slot >= 0 && slot < len(outs) {
+			return outs[slot]
+		}
+		return nil
+	}
+	switch n := v.(type) {
+	case pyFloat:
+		return float64(n)
+	case json.Number:
+		if i, err := n.Int64(); err == nil {
+			return i
+		} else if f, err := n.Float64(); err == nil {
+			return f
+		}
+	}
+	return v
 }
 
 func (r *run) interrupted(id string) (runResult, omap) {
