@@ -831,8 +831,11 @@ func (p *WorkflowPool) fetchVRAM(ctx context.Context, b *backend) {
 // after every prompt (kickVRAM) it fetches /system_stats. It runs beside
 // b's watcher and ends with it (ctx).
 // vramInterval spaces the /system_stats reads that refresh a backend's
-// free VRAM after its prompts end.
-const vramInterval = time.Second
+// free VRAM after its prompts end. Free VRAM breaks ties between backends
+// equal on everything else (WarmAffinity) and feeds metrics: a read every
+// few seconds serves both, where one a second cost a round trip and about
+// 6 KB of garbage per prompt on backends whose prompts take a second.
+const vramInterval = 5 * time.Second
 
 func (p *WorkflowPool) refresher(ctx context.Context, b *backend) {
 	var retry, vramLater timer

@@ -453,14 +453,17 @@ func TestWarmAffinityServerQueueThenVRAM(t *testing.T) {
 			assert.Equal(t, "gpu-1", res.Backend)
 
 			// After its prompts end a backend's VRAM is asked again, at
-			// most once a second: gpu-1 now has less than gpu-0 (its models
+			// most once in 5 s: gpu-1 now has less than gpu-0 (its models
 			// stay loaded, say).
 			synctest.Wait()
 			big.SetVRAMFree(1 << 30)
 			res, err = p.Run(t.Context(), zeroWF(t, 2), nil)
 			require.NoError(t, err)
 			assert.Equal(t, "gpu-1", res.Backend, "the pool does not know yet")
-			time.Sleep(time.Second) // fake time: the next refresh is due
+			time.Sleep(4 * time.Second) // fake time: the next refresh is not due yet
+			synctest.Wait()
+			assert.Equal(t, int64(20<<30), p.Backends()[1].VRAMFree)
+			time.Sleep(time.Second) // now it is
 			synctest.Wait()
 			assert.Equal(t, int64(1<<30), p.Backends()[1].VRAMFree)
 			// Another workflow (no warm backend for it).

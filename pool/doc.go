@@ -130,8 +130,8 @@
 // default) puts first a backend whose last workflow still has jobs, then
 // the least loaded by the Pool, then the shortest server queue (other
 // users of a shared server count), then the most free VRAM (from
-// /system_stats, refreshed on connect and after each prompt), then
-// configuration order; [RoundRobin] is there for comparison
+// /system_stats, refreshed on connect and after prompts end, at most
+// every 5 s), then configuration order; [RoundRobin] is there for comparison
 // (BenchmarkWarmAffinity measures the difference). EnqueueOpts has
 // PreferBackends and ExcludeBackends per job. Config.FailoverStrategy
 // replaces the SmartFailover; one that implements [UnblockNotifier] wakes
