@@ -156,6 +156,14 @@ type ClientOptions struct {
 	// prompt ids the client does not know yet (messages that outrun the
 	// POST /prompt answer). Defaults to 1024; the oldest are dropped first.
 	MaxPendingMessages int
+
+	// IgnoreMessages lists WebSocket message types the client drops
+	// unread: not decoded, not given to RunOptions.OnMessage. For a caller
+	// that never looks at them: progress_state (each node's state, resent
+	// whole at every node's start and end, the most costly message to
+	// decode) or progress. Only those two can be ignored; the client reads
+	// the others itself. Defaults to none.
+	IgnoreMessages []string
 }
 
 // Client talks to one ComfyUI server over HTTP and its /ws WebSocket.
@@ -260,6 +268,8 @@ func (o *ClientOptions) validate() error {
 		return errors.New("comfy: ClientOptions.HistoryPollInterval cannot be negative")
 	case o.MaxPendingMessages < 0:
 		return errors.New("comfy: ClientOptions.MaxPendingMessages cannot be negative")
+	case slices.ContainsFunc(o.IgnoreMessages, func(t string) bool { return t != TypeProgressState && t != TypeProgress }):
+		return errors.New("comfy: ClientOptions.IgnoreMessages can hold only progress_state and progress: the client reads the other messages itself")
 	case o.Password != "" && o.Username == "":
 		return errors.New("comfy: ClientOptions.Password requires Username")
 	case o.Username != "" && o.BearerToken != "":
@@ -302,6 +312,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	o.IgnoreMessages = slices.Clone(o.IgnoreMessages)
 	c := &Client{
 		opts:    o,
 		base:    u.String(),

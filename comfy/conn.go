@@ -297,6 +297,9 @@ func (s *session) read(ctx context.Context, conn *websocket.Conn, greeted chan s
 		if typ == websocket.MessageBinary {
 			m, err = DecodeBinary(data)
 		} else {
+			if s.c.ignores(data) {
+				continue
+			}
 			m, err = decodeMessage(data, &ids)
 		}
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -35,6 +36,18 @@ func decodeMessage(data []byte, ids *textCache) (Message, error) {
 		return decodeTyped(typ, d, ids)
 	}
 	return decodeEnvelope(data)
+}
+
+// ignores reports whether data is a text message of a type the caller
+// asked the client to drop unread (ClientOptions.IgnoreMessages). A
+// message in another form than the server's is not looked into: it is
+// decoded as usual.
+func (c *Client) ignores(data []byte) bool {
+	if len(c.opts.IgnoreMessages) == 0 {
+		return false
+	}
+	typ, _, ok := splitEnvelope(data)
+	return ok && slices.Contains(c.opts.IgnoreMessages, typ)
 }
 
 // decodeEnvelope is DecodeMessage's full decoding, for any form of the

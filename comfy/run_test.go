@@ -684,3 +684,33 @@ func TestHistoryAnswersReused(t *testing.T) {
 	assert.Equal(t, ids[0], first.PromptID)
 	assert.NotEmpty(t, first.Files())
 }
+
+// ClientOptions.IgnoreMessages drops progress_state (or progress)
+// unread: a prompt's OnMessage sees every other message, and the prompt
+// runs as before; a type the client reads itself cannot be ignored.
+func TestIgnoreMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, nil)
+		for _, ignore := range [][]string{nil, {comfy.TypeProgressState}, {comfy.TypeProgressState, comfy.TypeProgress}} {
+			c := runClient(t, srv, &comfy.ClientOptions{IgnoreMessages: ignore})
+			seen := map[string]int{}
+			var mu sync.Mutex
+			res, err := c.Run(t.Context(), samplerWF(t, 90+len(ignore), 3), &comfy.RunOptions{OnMessage: func(m comfy.Message) {
+				mu.Lock()
+				seen[m.MessageType()]++
+				mu.Unlock()
+			}})
+			require.NoError(t, err)
+			assert.NotEmpty(t, res.Outputs)
+			for _, typ := range []string{comfy.TypeProgressState, comfy.TypeProgress} {
+				assert.Equal(t, !slices.Contains(ignore, typ), seen[typ] > 0, "%v: %s", ignore, typ)
+			}
+			for _, typ := range []string{comfy.TypeExecutionStart, comfy.TypeExecuting, comfy.TypeExecuted, comfy.TypeExecutionSuccess} {
+				assert.Positive(t, seen[typ], "%v: %s", ignore, typ)
+			}
+		}
+	})
+	_, err := comfy.NewClient("http://127.0.0.1:1", &comfy.ClientOptions{IgnoreMessages: []string{comfy.TypeExecuting}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "IgnoreMessages")
+}

@@ -206,6 +206,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if opts.Logger == nil {
 		opts.Logger = a.cfg.Logger.With("component", "comfy", "worker", a.cfg.WorkerID)
 	}
+	if !slices.Contains(opts.IgnoreMessages, comfy.TypeProgressState) {
+		// The control plane is told of none: not decoded at all.
+		opts.IgnoreMessages = append(slices.Clone(opts.IgnoreMessages), comfy.TypeProgressState)
+	}
 	client, err := comfy.NewClient(a.cfg.ComfyURL, &opts)
 	if err != nil {
 		return fmt.Errorf("fleet: agent's ComfyUI client: %w", err)

@@ -104,6 +104,11 @@ func (p *WorkflowPool) newBackend(bc BackendConfig, index int) (*backend, error)
 		// quiet clients.
 		opts.Logger = p.cfg.Logger.With("backend", bc.Name)
 	}
+	if !slices.Contains(opts.IgnoreMessages, comfy.TypeProgressState) {
+		// No Pool event carries it, and it is the costliest message to
+		// decode (every node's state, resent at each node's start and end).
+		opts.IgnoreMessages = append(slices.Clone(opts.IgnoreMessages), comfy.TypeProgressState)
+	}
 	var cl *comfy.Client
 	var rc *remoteConn
 	if bc.remote {

@@ -222,7 +222,8 @@ type BackendConfig struct {
 	// Client configures the comfy.Client the Pool creates (and closes in
 	// Stop) for this backend: auth, HTTP client, timeouts. Nil means
 	// defaults. It is copied. Its Logger defaults to Config.Logger with
-	// the attribute backend=<Name>.
+	// the attribute backend=<Name>; its IgnoreMessages always holds
+	// progress_state, which no Pool event carries.
 	Client *comfy.ClientOptions
 	// MaxInFlight is how many prompts the Pool keeps submitted to the
 	// backend at once. Defaults to 1; more lets the next prompt wait in the
