@@ -279,7 +279,8 @@ func (p *WorkflowPool) store(ctx context.Context, t *Template, wf comfy.Workflow
 	unsched := p.admitLocked(id, wf, wh, o, needs) // capabilities.go
 	p.mu.Unlock()
 	p.poke() // this Pool's dispatcher looks, whichever Pool the queue's wake-up reached
-	p.events.publish(Event{Kind: EventJobQueued, JobID: id})
+	// The enqueue's own time: one read of the clock less per job.
+	p.events.publish(Event{Kind: EventJobQueued, JobID: id, Time: now})
 	if unsched.Kind != "" {
 		p.publishUnschedulable([]Event{unsched})
 	}

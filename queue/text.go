@@ -19,7 +19,17 @@ import (
 // valid UTF-8 and holds no NUL. A job's text fields must be (see
 // [Driver]); the pool checks its options with it.
 func Storable(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+	// One pass over the ASCII that names and keys nearly always are; the
+	// rest, from the first byte that is not, the long way.
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 0:
+			return false
+		case c >= utf8.RuneSelf:
+			return utf8.ValidString(s[i:]) && strings.IndexByte(s[i:], 0) < 0
+		}
+	}
+	return true
 }
 
 // checkText returns an error wrapping ErrInvalid, naming field, if s is
