@@ -65,7 +65,8 @@ type AgentConfig struct {
 	// Comfy configures the comfy.Client of ComfyURL (auth, /api prefix,
 	// timeouts, an HTTP client): the seam through which another provider,
 	// such as a hosted ComfyUI, plugs in. Nil means defaults; its Logger
-	// defaults to Logger.
+	// defaults to Logger, and its IgnoreMessages always holds
+	// progress_state, which the control plane is not told of.
 	Comfy *comfy.ClientOptions
 
 	// Provider says how the worker reaches its ComfyUI: the pool gives
