@@ -712,20 +712,29 @@ func historyEntryInPlace(id string, raw []byte, full bool) (*HistoryEntry, bool)
 // output, nil for an output that is null. ok is false for outputs not in
 // the server's form, or one that is neither an object nor null.
 func historyOutputsOf(v ipValue) (map[string]Output, bool) {
+	return nodeMapOf(v, func(_ string, v ipValue) (Output, bool) {
+		if v.kind != '{' && v.kind != 'n' {
+			return nil, false
+		}
+		return outputOf(v)
+	})
+}
+
+// nodeMapOf decodes v, an object keyed by node id, with entry; nil when
+// v is not an object. ok is false when a key repeats or entry refuses a
+// value.
+func nodeMapOf[T any](v ipValue, entry func(k string, v ipValue) (T, bool)) (map[string]T, bool) {
 	if v.kind != '{' {
 		return nil, true
 	}
-	out := make(map[string]Output)
+	out := make(map[string]T)
 	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
-		if v.kind != '{' && v.kind != 'n' {
-			return false
-		}
 		k := string(key)
 		if _, dup := out[k]; dup {
 			return false
 		}
-		o, ok := outputOf(v)
-		out[k] = o
+		e, ok := entry(k, v)
+		out[k] = e
 		return ok
 	})
 	return out, ok
@@ -735,16 +744,11 @@ func historyOutputsOf(v ipValue) (map[string]Output, bool) {
 // information, ids equal to the node's sharing its key. ok is false for
 // meta not in the server's form, or an entry that is not an object.
 func metaOf(v ipValue) (map[string]NodeMetaInfo, bool) {
-	if v.kind != '{' {
-		return nil, true
-	}
-	out := make(map[string]NodeMetaInfo)
-	ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
-		k := string(key)
-		if _, dup := out[k]; dup || v.kind != '{' {
-			return false
-		}
+	return nodeMapOf(v, func(k string, v ipValue) (NodeMetaInfo, bool) {
 		var m NodeMetaInfo
+		if v.kind != '{' {
+			return m, false
+		}
 		var seen fieldSet
 		ok := eachMember(v.raw, func(key []byte, v ipValue) bool {
 			switch string(key) {
@@ -763,10 +767,8 @@ func metaOf(v ipValue) (map[string]NodeMetaInfo, bool) {
 			}
 			return false
 		})
-		out[k] = m
-		return ok
+		return m, ok
 	})
-	return out, ok
 }
 
 // historyStatusOf is the HistoryStatus of v, an entry's status object:
