@@ -409,19 +409,7 @@ func (s *Server) execute(ctx context.Context, t *task) {
 	if ctx.Err() != nil {
 		return
 	}
-	replaced := false
-	for _, h := range s.history {
-		if h.id == t.id {
-			h.raw = raw
-			replaced = true
-		}
-	}
-	if !replaced {
-		s.history = append(s.history, &histEntry{id: t.id, raw: raw})
-		if len(s.history) > maxHistory {
-			s.history = s.history[len(s.history)-maxHistory:]
-		}
-	}
+	s.putHistoryLocked(t.id, raw)
 	s.running = nil
 	s.lastNode = ""
 	s.broadcastStatusLocked()
@@ -434,6 +422,35 @@ func (s *Server) execute(ctx context.Context, t *task) {
 }
 
 const maxHistory = 10000
+
+// putHistoryLocked records id's history entry, replacing the one it had,
+// and drops the oldest beyond maxHistory. A lookup by id costs the same
+// however long the history (a fake serving a load test holds 10,000).
+func (s *Server) putHistoryLocked(id string, raw []byte) {
+	if h := s.histByID[id]; h != nil {
+		h.raw = raw
+		return
+	}
+	h := &histEntry{id: id, raw: raw}
+	s.history = append(s.history, h)
+	s.histByID[id] = h
+	if n := len(s.history) - maxHistory; n > 0 {
+		for _, old := range s.history[:n] {
+			delete(s.histByID, old.id)
+		}
+		clear(s.history[:n])
+		s.history = s.history[n:]
+	}
+}
+
+// deleteHistoryLocked forgets id's history entry, if any.
+func (s *Server) deleteHistoryLocked(id string) {
+	if s.histByID[id] == nil {
+		return
+	}
+	delete(s.histByID, id)
+	s.history = slices.DeleteFunc(s.history, func(h *histEntry) bool { return h.id == id })
+}
 
 // appendHistoryEntry appends the run's history entry, as appendPy writes
 //

@@ -260,15 +260,7 @@ func (s *Server) handleObjectInfo(w http.ResponseWriter) {
 
 // historyLocked returns the history entry of prompt id, or nil. Caller
 // holds s.mu.
-func (s *Server) historyLocked(id string) *histEntry {
-	var found *histEntry
-	for _, h := range s.history {
-		if h.id == id {
-			found = h
-		}
-	}
-	return found
-}
+func (s *Server) historyLocked(id string) *histEntry { return s.histByID[id] }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
@@ -537,17 +529,12 @@ func (s *Server) handlePostHistory(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if cv, ok := body.get("clear"); ok && pyBool(cv) {
 		s.history = nil
+		clear(s.histByID)
 	}
 	if dv, ok := body.get("delete"); ok {
 		arr, _ := dv.([]any)
 		for _, x := range arr {
-			id := pyStr(x)
-			for i, h := range s.history {
-				if h.id == id {
-					s.history = append(s.history[:i:i], s.history[i+1:]...)
-					break
-				}
-			}
+			s.deleteHistoryLocked(pyStr(x))
 		}
 	}
 	s.mu.Unlock()

@@ -59,8 +59,9 @@ type Server struct {
 	running    *task
 	lastNode   string
 	kick       chan struct{}
-	history    []*histEntry
-	cache      map[string]omap // node signature -> UI (nil omap = no UI)
+	history    []*histEntry          // oldest first, at most maxHistory
+	histByID   map[string]*histEntry // the entries of history by prompt id
+	cache      map[string]omap       // node signature -> UI (nil omap = no UI)
 	cacheOut   map[string][]any
 	loaded     map[string]bool // classes whose LoadDelay was paid
 	modelLRU   []string        // Options.ModelSlots: loaded keys, least recent first (models.go)
@@ -234,7 +235,7 @@ func (s *Server) resetBoot() {
 	s.running = nil
 	s.lastNode = ""
 	s.kick = make(chan struct{}, 1)
-	s.history = nil
+	s.history, s.histByID = nil, map[string]*histEntry{}
 	s.cache = map[string]omap{}
 	s.cacheOut = map[string][]any{}
 	s.loaded = map[string]bool{}
