@@ -25,6 +25,12 @@ func Example() {
 		panic(err)
 	}
 	defer ws.CloseNow()
+	// The status greeting: from now on the server sends this socket the
+	// messages of client "example" (a prompt posted before could end
+	// before the server holds the socket).
+	if _, _, err := ws.Read(ctx); err != nil {
+		panic(err)
+	}
 
 	const id = "0b196380-b656-4307-897e-964c2ebe5b3c"
 	body := `{"prompt": ` + string(comfytest.WorkflowOK) + `, "client_id": "example", "prompt_id": "` + id + `"}`
