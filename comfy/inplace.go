@@ -37,143 +37,79 @@ func progressStateInPlace(data []byte, ids *textCache) (*ProgressState, bool) {
 	if !ok {
 		return nil, false
 	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`, "nodes": {`)); !ok {
+	if rest, ok = bytes.CutPrefix(rest, []byte(`, "nodes": `)); !ok {
 		return nil, false
 	}
-	// Read into a buffer on the stack first, so that the map is made
-	// once, of its size.
-	type entry struct {
-		id string
-		n  NodeProgress
-	}
-	var buf [8]entry
-	nodes := buf[:0]
-	for len(rest) > 0 && rest[0] != '}' {
-		if len(nodes) > 0 {
-			if rest, ok = bytes.CutPrefix(rest, []byte(", ")); !ok {
-				return nil, false
-			}
-		}
-		var key []byte
-		if key, rest, ok = cutPlainString(rest); !ok {
-			return nil, false
-		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(": ")); !ok {
-			return nil, false
-		}
+	m := &ProgressState{}
+	rest, ok = cutObject(rest, func(key []byte, v ipValue) bool {
 		id := string(key)
-		for _, e := range nodes {
-			if e.id == id { // JSON leaves a repeated key to the reader
-				return nil, false
-			}
+		if _, dup := m.Nodes[id]; dup { // JSON leaves a repeated key to the reader
+			return false
 		}
-		var n NodeProgress
-		if n, rest, ok = cutNodeProgress(rest, id); !ok {
-			return nil, false
+		n, ok := nodeProgressOf(v, id)
+		if m.Nodes == nil {
+			m.Nodes = make(map[string]NodeProgress)
 		}
-		nodes = append(nodes, entry{id, n})
-	}
-	if string(rest) != "}}" {
+		m.Nodes[id] = n
+		return ok
+	})
+	if !ok || string(rest) != "}" {
 		return nil, false
 	}
-	m := &ProgressState{PromptID: ids.text(pid)}
-	if len(nodes) > 0 {
-		m.Nodes = make(map[string]NodeProgress, len(nodes))
-		for _, e := range nodes {
-			m.Nodes[e.id] = e.n
-		}
-	}
+	m.PromptID = ids.text(pid)
 	return m, true
 }
 
-// The fields of a progress_state node, as bits of a set.
-const (
-	npValue = 1 << iota
-	npMax
-	npState
-	npNodeID
-	npPromptID
-	npDisplayNodeID
-	npParentNodeID
-	npRealNodeID
-)
-
-// cutNodeProgress reads one node of progress_state (see
-// progressStateInPlace) from the start of b, whose key is id, and returns
-// what follows it.
-func cutNodeProgress(b []byte, id string) (n NodeProgress, rest []byte, ok bool) {
-	if rest, ok = bytes.CutPrefix(b, []byte("{")); !ok {
-		return n, nil, false
+// nodeProgressOf reads v, one node of progress_state (see
+// progressStateInPlace) whose key is id.
+func nodeProgressOf(v ipValue, id string) (n NodeProgress, ok bool) {
+	if v.kind != '{' {
+		return n, false
 	}
-	seen := 0
-	for len(rest) > 0 && rest[0] != '}' {
-		if seen != 0 {
-			if rest, ok = bytes.CutPrefix(rest, []byte(", ")); !ok {
-				return n, nil, false
-			}
-		}
-		var name []byte
-		if name, rest, ok = cutPlainString(rest); !ok {
-			return n, nil, false
-		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(": ")); !ok {
-			return n, nil, false
-		}
-		var bit int
+	var seen fieldSet
+	ok = eachMember(v.raw, func(name []byte, v ipValue) bool {
+		var bit uint
 		var s *string
 		var f *float64
 		switch string(name) {
 		case "value":
-			bit, f = npValue, &n.Value
+			bit, f = 0, &n.Value
 		case "max":
-			bit, f = npMax, &n.Max
+			bit, f = 1, &n.Max
 		case "state":
-			bit, s = npState, &n.State
+			bit, s = 2, &n.State
 		case "node_id":
-			bit, s = npNodeID, &n.NodeID
+			bit, s = 3, &n.NodeID
 		case "prompt_id":
-			bit = npPromptID // not kept
+			bit = 4 // not kept
 		case "display_node_id":
-			bit, s = npDisplayNodeID, &n.DisplayNodeID
+			bit, s = 5, &n.DisplayNodeID
 		case "parent_node_id":
-			bit, s = npParentNodeID, &n.ParentNodeID
+			bit, s = 6, &n.ParentNodeID
 		case "real_node_id":
-			bit, s = npRealNodeID, &n.RealNodeID
+			bit, s = 7, &n.RealNodeID
 		default: // another field, or one the decoder would match by case
-			return n, nil, false
+			return false
 		}
-		if seen&bit != 0 {
-			return n, nil, false
-		}
-		seen |= bit
-		if after, null := bytes.CutPrefix(rest, []byte("null")); null {
-			rest = after
-			continue
-		}
-		if f != nil {
-			var num []byte
-			if num, rest, ok = cutNumber(rest); !ok {
-				return n, nil, false
+		switch {
+		case !seen.first(bit):
+			return false
+		case v.kind == 'n':
+			return true
+		case f != nil:
+			x, err := strconv.ParseFloat(string(v.raw), 64)
+			if v.kind != '0' || err != nil { // beyond float64: the lenient decoder leaves 0
+				return false
 			}
-			v, err := strconv.ParseFloat(string(num), 64)
-			if err != nil { // beyond float64: the lenient decoder leaves 0
-				return n, nil, false
-			}
-			*f = v
-			continue
+			*f = x
+		case v.kind != '"':
+			return false
+		case s != nil:
+			*s = internNodeText(v.text, id)
 		}
-		var v []byte
-		if v, rest, ok = cutPlainString(rest); !ok {
-			return n, nil, false
-		}
-		if s != nil {
-			*s = internNodeText(v, id)
-		}
-	}
-	if len(rest) == 0 {
-		return n, nil, false
-	}
-	return n, rest[1:], true
+		return true
+	})
+	return n, ok
 }
 
 // internNodeText returns v as a string: id when it is id's text, or a
