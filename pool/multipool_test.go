@@ -177,9 +177,15 @@ func TestRestartMidBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := sharedQueue(t)
+		// A second of (fake) time a prompt: when the Pool stops, only the
+		// prompts it runs then can end, however the goroutines are
+		// scheduled (with instant prompts, a test goroutine scheduled late
+		// on a loaded machine found the whole batch done).
+		slow := comfytest.Builtins()["EmptyImage"]
+		slow.Duration = time.Second
 		servers := make([]*comfytest.Server, 2)
 		for i := range servers {
-			servers[i] = comfytest.NewInMemoryServer(nil)
+			servers[i] = comfytest.NewInMemoryServer(&comfytest.Options{Nodes: map[string]comfytest.NodeBehavior{"EmptyImage": slow}})
 			t.Cleanup(servers[i].Close)
 		}
 		newPool := func() *pool.WorkflowPool {
