@@ -209,10 +209,37 @@ const (
 
 func classNeed(class string) string { return classPrefix + class }
 
-var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
-
+// inputKey names an input of a class in the capability sets: the two
+// names escaped (appendKeyEscaped), joined by "/".
 func inputKey(class, input string) string {
-	return keyEscaper.Replace(class) + "/" + keyEscaper.Replace(input)
+	return string(appendInputKey(nil, class, input))
+}
+
+// appendInputKey appends inputKey(class, input) to b: a lookup by
+// m[string(appendInputKey(buf[:0], ...))] allocates nothing.
+func appendInputKey(b []byte, class, input string) []byte {
+	b = appendKeyEscaped(b, class)
+	b = append(b, '/')
+	return appendKeyEscaped(b, input)
+}
+
+// appendKeyEscaped appends s with "%", "/" and "=" escaped as "%25",
+// "%2F" and "%3D", so that a key splits at its one "/" and a value need
+// at its first "=".
+func appendKeyEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b = append(b, "%25"...)
+		case '/':
+			b = append(b, "%2F"...)
+		case '=':
+			b = append(b, "%3D"...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
 }
 
 // capabilitiesOf builds a backend's capability set from its /object_info:

@@ -105,3 +105,17 @@ func TestUnschedulableErrorText(t *testing.T) {
 	assert.Equal(t, `pool: unschedulable: no backend has everything the workflow needs; node 2 (LoraLoader): lora_name "x" is not on gpu-1 (the closest)`,
 		(&UnschedulableError{Node: "2", ClassType: "LoraLoader", Input: "lora_name", Value: "x", Backend: "gpu-1"}).Error())
 }
+
+// An input key splits back into its class and input whatever they hold:
+// "/" only between them, and "=" (which ends the key in a value need)
+// and "%" never bare.
+func TestInputKeyEscapes(t *testing.T) {
+	for _, c := range []struct{ class, input, want string }{
+		{"KSampler", "seed", "KSampler/seed"},
+		{"a/b", "c=d", "a%2Fb/c%3Dd"},
+		{"50%", "%2F", "50%25/%252F"},
+		{"", "", "/"},
+	} {
+		assert.Equal(t, c.want, inputKey(c.class, c.input), "inputKey(%q, %q)", c.class, c.input)
+	}
+}

@@ -89,11 +89,15 @@ func (s *spec) isZero() bool {
 		len(s.PreferBackends) == 0 && !s.DownloadOutputs && len(s.Inputs) == 0 && !s.Reserved && s.Reservation == "" && len(s.ExtraData) == 0
 }
 
+// encode returns s as a record's Payload. It marshals a copy, so that
+// a spec built on the enqueue path stays on the caller's stack: most
+// jobs have none, and Marshal would move s to the heap for every job.
 func (s *spec) encode() ([]byte, error) {
 	if s.isZero() {
 		return nil, nil
 	}
-	return json.Marshal(s)
+	c := *s
+	return json.Marshal(&c)
 }
 
 func decodeSpec(b []byte) (*spec, error) {

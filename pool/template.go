@@ -203,11 +203,12 @@ func applyOverrides(wf comfy.Workflow, ovr []Override) (comfy.Workflow, error) {
 // covers (a model input: it changes the routing key) or what a backend
 // must have (an input some backend lists values of). Caller holds p.mu.
 func (p *WorkflowPool) routedBy(wf comfy.Workflow, ovr []Override) (hashed, needed bool) {
+	var buf [128]byte
 	for _, o := range ovr {
 		if models.IsInput(o.Input) {
 			hashed = true
 		}
-		if p.caps.listed[inputKey(wf[o.Node].ClassType, o.Input)] > 0 {
+		if !needed && len(p.caps.listed) > 0 && p.caps.listed[string(appendInputKey(buf[:0], wf[o.Node].ClassType, o.Input))] > 0 {
 			needed = true
 		}
 	}
@@ -253,7 +254,11 @@ func (p *WorkflowPool) workflowOf(ctx context.Context, qj *queue.Job) (comfy.Wor
 // encodeOverrides is json.Marshal(ovr), without reflection for the usual
 // values (strings, numbers, booleans): it runs once per job of a batch.
 func encodeOverrides(ovr []Override) ([]byte, error) {
-	b := make([]byte, 0, 32*len(ovr))
+	n := 2
+	for _, o := range ovr {
+		n += len(o.Node) + len(o.Input) + 48 // the keys and a number or a short string
+	}
+	b := make([]byte, 0, n)
 	b = append(b, '[')
 	for i, o := range ovr {
 		if i > 0 {
