@@ -1,11 +1,11 @@
 package comfy
 
 import (
-	"encoding/json"
-	"math"
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/comfypool/comfypool/internal/jsonwrite"
 )
 
 // A POST /prompt body is written by hand, byte for byte as encoding/json
@@ -45,11 +45,11 @@ func (r *PromptRequest) appendJSON(b []byte) ([]byte, error) {
 	}
 	if r.ClientID != "" {
 		b = append(b, `,"client_id":`...)
-		b = appendJSONString(b, r.ClientID)
+		b = jsonwrite.AppendString(b, r.ClientID)
 	}
 	if r.PromptID != "" {
 		b = append(b, `,"prompt_id":`...)
-		b = appendJSONString(b, r.PromptID)
+		b = jsonwrite.AppendString(b, r.PromptID)
 	}
 	if len(r.ExtraData) > 0 {
 		b = append(b, `,"extra_data":`...)
@@ -68,7 +68,7 @@ func (r *PromptRequest) appendJSON(b []byte) ([]byte, error) {
 	}
 	if len(r.PartialExecutionTargets) > 0 {
 		b = append(b, `,"partial_execution_targets":`...)
-		b = appendJSONStrings(b, r.PartialExecutionTargets)
+		b = jsonwrite.AppendStrings(b, r.PartialExecutionTargets)
 	}
 	return append(b, '}'), nil
 }
@@ -80,14 +80,14 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 	}
 	var ids [32]string
 	b = append(b, '{')
-	for i, id := range sortedInto(ids[:0], w) {
+	for i, id := range jsonwrite.SortedKeys(ids[:0], w) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, id)
+		b = jsonwrite.AppendString(b, id)
 		n := w[id]
 		b = append(b, `:{"class_type":`...)
-		b = appendJSONString(b, n.ClassType)
+		b = jsonwrite.AppendString(b, n.ClassType)
 		b = append(b, `,"inputs":`...)
 		var err error
 		if b, err = appendJSONObject(b, n.Inputs); err != nil {
@@ -97,7 +97,7 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 			b = append(b, `,"_meta":{`...)
 			if n.Meta.Title != "" {
 				b = append(b, `"title":`...)
-				b = appendJSONString(b, n.Meta.Title)
+				b = jsonwrite.AppendString(b, n.Meta.Title)
 			}
 			b = append(b, '}')
 		}
@@ -106,151 +106,26 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// sortedInto appends m's keys to keys, sorted (as encoding/json orders a
-// map's members), and returns them.
-func sortedInto[V any](keys []string, m map[string]V) []string {
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // appendJSONObject appends m as encoding/json encodes it.
 func appendJSONObject(b []byte, m map[string]any) ([]byte, error) {
-	if m == nil {
-		return append(b, "null"...), nil
-	}
-	var keys [16]string
-	b = append(b, '{')
-	for i, k := range sortedInto(keys[:0], m) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		var err error
-		if b, err = appendJSONValue(b, m[k]); err != nil {
-			return nil, err
-		}
-	}
-	return append(b, '}'), nil
+	return jsonwrite.AppendObject(b, m, appendLink)
 }
 
 // appendJSONValue appends v as encoding/json encodes it.
 func appendJSONValue(b []byte, v any) ([]byte, error) {
-	switch v := v.(type) {
-	case nil:
-		return append(b, "null"...), nil
-	case string:
-		return appendJSONString(b, v), nil
-	case bool:
-		return strconv.AppendBool(b, v), nil
-	case int:
-		return strconv.AppendInt(b, int64(v), 10), nil
-	case int64:
-		return strconv.AppendInt(b, v, 10), nil
-	case float64:
-		if !math.IsInf(v, 0) && !math.IsNaN(v) { // else encoding/json's error
-			return appendJSONFloat(b, v), nil
-		}
-	case json.Number:
-		if num, rest, ok := cutNumber([]byte(v)); ok && len(rest) == 0 {
-			return append(b, num...), nil
-		}
-	case []any:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, x := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var err error
-			if b, err = appendJSONValue(b, x); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, ']'), nil
-	case map[string]any:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		var keys [16]string
-		b = append(b, '{')
-		for i, k := range sortedInto(keys[:0], v) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			var err error
-			if b, err = appendJSONValue(b, v[k]); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, '}'), nil
-	case Link:
-		b = append(b, '[')
-		b = appendJSONString(b, v.NodeID)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(v.Output), 10)
-		return append(b, ']'), nil
-	case []string:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		return appendJSONStrings(b, v), nil
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, raw...), nil
+	return jsonwrite.AppendValue(b, v, appendLink)
 }
 
-// appendJSONStrings appends the list l as encoding/json encodes it.
-func appendJSONStrings(b []byte, l []string) []byte {
+// appendLink writes a Link, a value of comfy's own among a workflow's
+// inputs, as its MarshalJSON does ([node id, output index]).
+func appendLink(b []byte, v any) ([]byte, bool) {
+	l, ok := v.(Link)
+	if !ok {
+		return b, false
+	}
 	b = append(b, '[')
-	for i, s := range l {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, s)
-	}
-	return append(b, ']')
-}
-
-// appendJSONString appends s quoted as encoding/json quotes it: printable
-// ASCII other than the characters it escapes ('"', '\\' and, as HTML
-// does, '<', '>' and '&') as it is, anything else through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			raw, _ := json.Marshal(s) // a string always encodes
-			return append(b, raw...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONFloat appends f, finite, as encoding/json writes a float64:
-// the shortest form that reads back as f, with an exponent (without a
-// leading 0 in it) below 1e-6 and from 1e21.
-func appendJSONFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' { // e-09 -> e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
+	b = jsonwrite.AppendString(b, l.NodeID)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(l.Output), 10)
+	return append(b, ']'), true
 }

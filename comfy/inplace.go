@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/comfypool/comfypool/internal/jsonwrite"
 )
 
 // In-place readers: the server writes its JSON with Python's json.dumps,
@@ -149,52 +151,6 @@ func cutPlainString(b []byte) (text, rest []byte, ok bool) {
 		return nil, nil, false
 	}
 	return b[1:i], b[i+1:], true
-}
-
-// cutNumber reads a JSON number at the start of b (as JSON's grammar
-// writes one: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) and returns
-// it and what follows. ok is false when b does not start with one.
-func cutNumber(b []byte) (num, rest []byte, ok bool) {
-	i := 0
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		i = skipDigits(b, i)
-	default:
-		return nil, nil, false
-	}
-	if i < len(b) && b[i] == '.' {
-		j := skipDigits(b, i+1)
-		if j == i+1 {
-			return nil, nil, false
-		}
-		i = j
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		j := skipDigits(b, i)
-		if j == i {
-			return nil, nil, false
-		}
-		i = j
-	}
-	return b[:i], b[i:], true
-}
-
-// skipDigits returns the index of the first byte of b at or after i that
-// is not a decimal digit.
-func skipDigits(b []byte, i int) int {
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		i++
-	}
-	return i
 }
 
 // decodeInPlace reads the data of a message of type typ with the type's
@@ -561,7 +517,7 @@ func cutValue(b []byte) (v ipValue, rest []byte, ok bool) {
 		}
 		return ipValue{kind: c, raw: b[:n], text: b[:n]}, b[n:], true
 	}
-	num, rest, ok := cutNumber(b)
+	num, rest, ok := jsonwrite.CutNumber(b)
 	return ipValue{kind: '0', raw: num, text: num}, rest, ok
 }
 

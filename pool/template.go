@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/hash"
+	"github.com/comfypool/comfypool/internal/jsonwrite"
 	"github.com/comfypool/comfypool/internal/models"
 	"github.com/comfypool/comfypool/queue"
 )
@@ -265,49 +265,15 @@ func encodeOverrides(ovr []Override) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"node":`...)
-		b = appendJSONString(b, o.Node)
+		b = jsonwrite.AppendString(b, o.Node)
 		b = append(b, `,"input":`...)
-		b = appendJSONString(b, o.Input)
+		b = jsonwrite.AppendString(b, o.Input)
 		b = append(b, `,"value":`...)
 		var err error
-		if b, err = appendJSONValue(b, o.Value); err != nil {
+		if b, err = jsonwrite.AppendValue(b, o.Value, nil); err != nil {
 			return nil, err
 		}
 		b = append(b, '}')
 	}
 	return append(b, ']'), nil
-}
-
-// appendJSONString appends s as encoding/json writes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONValue appends v as encoding/json writes it.
-func appendJSONValue(b []byte, v any) ([]byte, error) {
-	switch v := v.(type) {
-	case nil:
-		return append(b, "null"...), nil
-	case string:
-		return appendJSONString(b, v), nil
-	case bool:
-		return strconv.AppendBool(b, v), nil
-	case int:
-		return strconv.AppendInt(b, int64(v), 10), nil
-	case int64:
-		return strconv.AppendInt(b, v, 10), nil
-	}
-	q, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, q...), nil
 }
