@@ -66,6 +66,8 @@ type poolOptions struct {
 	// maxInFlight is each backend's MaxInFlight (0: 1).
 	maxInFlight int
 	logger      *slog.Logger
+	// wrap, if set, wraps the queue's driver (tests count its calls).
+	wrap func(*memqueue.Queue) queue.Driver
 }
 
 // runPool runs w through a new pool over f's servers, o.maxInFlight prompts
@@ -78,7 +80,11 @@ func runPool(ctx context.Context, f *Fleet, w work, o poolOptions) (*Side, error
 	if err != nil {
 		return nil, err
 	}
-	q := queue.New(d) // not owned by the pool: closed here, after Stop
+	var qd queue.Driver = d
+	if o.wrap != nil {
+		qd = o.wrap(d)
+	}
+	q := queue.New(qd) // not owned by the pool: closed here, after Stop
 	defer func() { _ = q.Close() }()
 	// A job ends once and is retried at most twice (MaxAttempts 3): the
 	// buffer never fills, so no event is dropped however late it is read.
