@@ -33,6 +33,11 @@ type backend struct {
 	caps  backendCaps  // capabilities.go
 	lease backendLease // leases.go
 
+	// dryAt is the dispatcher's (only its goroutine touches it): the
+	// Pool's changes count read before b's last Lease that found no job
+	// (see dispatchLoop).
+	dryAt uint64
+
 	// Guarded by Pool.mu.
 	inflight   int       // slots taken: running jobs, and a lease in progress
 	finishing  int       // jobs whose prompt ended (slot freed) still reading their results from it

@@ -25,7 +25,8 @@ import (
 // draining, it runs fewer than MaxInFlight prompts, it is out of its
 // reconnect grace, its capabilities are known, and (with
 // Config.BackendLeases) this Pool holds its lease and is not handing it
-// over to another Pool (leases.go). A backend
+// over to another Pool (leases.go), and its last Lease found a job or
+// something may have changed since (it is not dry: dispatchLoop). A backend
 // held elsewhere is still connected and followed, so that its state and
 // capabilities are known (routing and Backends use them), but never
 // claimed. The dispatcher
@@ -97,6 +98,7 @@ func (p *WorkflowPool) claim() claimRound {
 		connected[i] = b.client != nil && b.client.State() == comfy.StateConnected
 		serverQueue[i] = b.serverQueue()
 	}
+	changes := p.changes.Load() // a backend whose last Lease found nothing since is dry (dispatchLoop)
 	p.mu.Lock()
 	now := time.Now()
 	begun := p.enqueued.Load()
@@ -115,7 +117,7 @@ func (p *WorkflowPool) claim() claimRound {
 	byName := sc.byName
 	clear(byName)
 	for i, b := range list {
-		if !connected[i] || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready || !p.heldLocked(b, now) || b.lease.handover {
+		if !connected[i] || b.dryAt == changes || b.draining || b.inflight >= b.cfg.MaxInFlight || now.Before(b.graceUntil) || !b.caps.ready || !p.heldLocked(b, now) || b.lease.handover {
 			continue
 		}
 		pending := p.workflows[b.last] > 0

@@ -22,7 +22,31 @@ import (
 // dispatchLoop is the Pool's one dispatcher. It sleeps until something may
 // let a job run (a job became leasable, a slot freed, a backend changed
 // state or left its reconnect grace, a failover block ended) and then
-// leases for every free backend.
+// leases for every free backend, except those whose last Lease found no
+// job when nothing they may lease can have changed since.
+//
+// A backend whose Lease found nothing is dry: nothing it may lease is
+// queued, and nothing will be until the queue's Ready says a job may have
+// become leasable (an enqueue, a requeue, a retry delay or a lease ending,
+// a resume) or a poke says that what the backend may lease changed (its
+// capabilities or state, a failover block ending, a backend lease taken,
+// another Pool's enqueue seen on the change feed). Each of those is
+// counted in p.changes once what it tells of is done, and a backend's
+// Lease that found nothing remembers the count read before it: while the
+// count is the same, the backend is not leased for (claim). A slot
+// freeing (pokeFreed) is not counted: it changes nothing for another
+// backend, so such a wake-up leases for the backend whose slot freed
+// alone, in the common case. Nor does a wake-up told of before the Lease
+// began make it ask again. Without this, every prompt's end leased for
+// every idle backend in vain: with 8 idle backends, 37 Lease calls per
+// job run one at a time; at the tail of a batch on K backends about K²/2
+// in all.
+//
+// Every wake-up counts as a change when the Pool cannot tell wake-ups
+// apart: a driver without Ready (polled), a failover strategy that does
+// not say when its blocks end (policy.go: UnblockNotifier,
+// FailoverEventSource), or no change feed (other Pools' enqueues on the
+// queue would go unseen).
 func (p *WorkflowPool) dispatchLoop() {
 	ready := p.q.Ready()
 	var poll <-chan time.Time
@@ -31,14 +55,23 @@ func (p *WorkflowPool) dispatchLoop() {
 		defer t.Stop()
 		poll = t.C
 	}
+	_, source := p.fo.(FailoverEventSource)
+	told := ready != nil && (p.ownFo != nil || p.unblocked != nil || source) // wake-ups tell every change
+	p.changes.Add(1)                                                         // no backend is dry yet
 	for {
 		p.recheck() // capabilities.go: re-evaluate waiting jobs after capability changes
 		p.dispatch()
 		select {
 		case <-ready:
+			p.changes.Add(1)
 		case <-p.wake:
+			if !told || !p.feedLive.Load() {
+				p.changes.Add(1)
+			}
 		case <-p.unblocked:
+			p.changes.Add(1)
 		case <-poll:
+			p.changes.Add(1)
 		case <-p.stopCh:
 			return
 		}
@@ -92,10 +125,15 @@ func (p *WorkflowPool) dispatch() {
 			if len(prefer) == 0 {
 				prefer = p.cfg.Policy.Prefer(c)
 			}
-			leased, stale := p.lease(b, prefer, seen)
+			count := p.changes.Load()
+			leased, stale, none := p.lease(b, prefer, seen)
 			if stale { // a job enqueued meanwhile: order the backends again
+				p.changes.Add(1) // those that leased nothing before it came may lease it
 				progressed = true
 				break
+			}
+			if none {
+				b.dryAt = count // not asked again until a change is counted (dispatchLoop)
 			}
 			if leased {
 				progressed = true
@@ -108,15 +146,16 @@ func (p *WorkflowPool) dispatch() {
 }
 
 // lease leases one job for b, preferring the given workflows, and starts
-// it. It reports whether a job was leased. A job enqueued after the
+// it. It reports whether a job was leased, or whether the queue had none
+// for b (none). A job enqueued after the
 // dispatch round took its snapshot (seen) is given back instead, and
 // stale reported: the round's order did not account for it (a backend
 // ordered earlier, which it prefers or whose warm workflow it has, leased
 // nothing before it existed), so the round must order the backends again.
-func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale bool) {
-	qj := p.leaseOne(b, prefer)
+func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (leased, stale, none bool) {
+	qj, none := p.leaseOne(b, prefer)
 	if qj == nil {
-		return false, false
+		return false, false, none
 	}
 	if seen.newer(p, qj, prefer) {
 		ctx, cancel := bgCtx()
@@ -129,24 +168,25 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (lease
 			p.noteQueuedLocked(qj.Workflow, 1)
 			p.mu.Unlock()
 			p.notePrefer(qj)
-			return false, true
+			return false, true, false
 		}
 		// Still leased: run it here rather than leave it waiting.
 	}
 	p.wg.Go(func() { p.runJob(b, qj, nil) })
-	return true, false
+	return true, false, false
 }
 
 // leaseOne leases the best job b may run now, taking one of its slots for
-// it, or returns nil (no free slot, no job, a queue error logged).
-func (p *WorkflowPool) leaseOne(b *backend, prefer []string) *queue.Job {
+// it, or returns nil (no free slot, no job, a queue error logged); none
+// reports that the queue answered it had no job for b.
+func (p *WorkflowPool) leaseOne(b *backend, prefer []string) (_ *queue.Job, none bool) {
 	if p.pauses.Load().covers(b) {
-		return nil // a job b may lease is paused: no Lease until the dispatcher reads the scopes again
+		return nil, false // a job b may lease is paused: no Lease until the dispatcher reads the scopes again
 	}
 	p.mu.Lock()
 	if b.draining || b.removed || b.inflight >= b.cfg.MaxInFlight || !p.heldLocked(b, time.Now()) || b.lease.handover {
 		p.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	excl := p.excludedLocked(b)
 	b.inflight++ // reserved while leasing: MaxInFlight holds
@@ -174,14 +214,14 @@ func (p *WorkflowPool) leaseOne(b *backend, prefer []string) *queue.Job {
 		b.leasing--
 		p.idleLocked(b)
 		p.mu.Unlock()
-		return nil
+		return nil, err == nil
 	}
 	p.mu.Lock()
 	b.leasing--
 	p.noteQueuedLocked(qj.Workflow, -1)
 	p.unsetPreferLocked(qj.ID)
 	p.mu.Unlock()
-	return qj
+	return qj, false
 }
 
 // readPauses decides, once per dispatch (per wake-up), whether the paused
@@ -319,7 +359,7 @@ func (p *WorkflowPool) free(sl *slot) {
 	freed := p.freeLocked(sl)
 	p.mu.Unlock()
 	if freed {
-		p.poke()
+		p.pokeFreed()
 	}
 }
 
@@ -340,7 +380,7 @@ func (p *WorkflowPool) promptEnded(sl *slot, hash string, ok bool) {
 	}
 	p.mu.Unlock()
 	if freed {
-		p.poke()
+		p.pokeFreed()
 	}
 }
 

@@ -114,6 +114,11 @@ func (p *WorkflowPool) feedLoop() {
 		}
 	}
 	defer unsub()
+	// The dispatcher may now count on this loop's pokes for the jobs other
+	// Pools enqueue (dispatchLoop); the poke covers those enqueued before.
+	p.feedLive.Store(true)
+	defer p.feedLive.Store(false)
+	p.poke()
 	for {
 		select {
 		case c, ok := <-changes:

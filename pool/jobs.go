@@ -705,7 +705,7 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 		js.slot = nil
 		p.mu.Unlock()
 		if freed {
-			p.poke()
+			p.pokeFreed()
 		}
 		close(js.done)
 		return true
@@ -726,7 +726,7 @@ func (p *WorkflowPool) finish(js *jobState, st Status, res *Result, err error) b
 	}
 	p.mu.Unlock()
 	if freed {
-		p.poke()
+		p.pokeFreed()
 	}
 	// Accounting is settled before anyone learns the job ended: until the
 	// outcome is kept, Wait and Watch wait on js.done (heldDone).

@@ -44,8 +44,14 @@ type WorkflowPool struct {
 	// (only the dispatcher goroutine touches it).
 	claimed claimScratch
 
-	wake      chan struct{}   // 1-buffered, coalescing: dispatcher wake-up
-	wakeArmed atomic.Bool     // a delayed wake-up is pending (pokeLater)
+	wake      chan struct{} // 1-buffered, coalescing: dispatcher wake-up
+	wakeArmed atomic.Bool   // a delayed wake-up is pending (pokeLater)
+	// changes counts the wake-ups after which every free backend leases
+	// again, each counted once what it tells of is done (see
+	// dispatchLoop); a backend whose last Lease found nothing at the
+	// current count is not leased for.
+	changes   atomic.Uint64
+	feedLive  atomic.Bool     // the queue's change feed is followed (follow.go): other Pools' enqueues poke
 	unblocked <-chan struct{} // Config.FailoverStrategy's UnblockNotifier, or nil
 	stopCh    chan struct{}   // closed when Stop begins: producers stop
 	stoppedCh chan struct{}   // closed when Stop finished
@@ -212,8 +218,18 @@ func (p *WorkflowPool) publishFailover(e failover.Event) {
 	p.events.publish(Event{Kind: kind, Backend: e.Key.Backend, Failover: &e})
 }
 
-// poke wakes the dispatcher.
+// poke wakes the dispatcher: something may let any backend lease, so
+// every free backend leases again (see dispatchLoop).
 func (p *WorkflowPool) poke() {
+	p.changes.Add(1) // before the send: the wake-up that takes it finds it counted
+	p.pokeFreed()
+}
+
+// pokeFreed wakes the dispatcher for a backend's freed slot: only a
+// backend whose last Lease found a job need lease again, since nothing
+// else changed for the backends whose last Lease found nothing (see
+// dispatchLoop).
+func (p *WorkflowPool) pokeFreed() {
 	select {
 	case p.wake <- struct{}{}:
 	default:

@@ -176,7 +176,7 @@ func (r *RemoteBackend) Lease(ctx context.Context) (*RemoteJob, error) {
 		default:
 		}
 		if b.remote.state() == comfy.StateConnected {
-			if qj := p.leaseOne(b, nil); qj != nil {
+			if qj, _ := p.leaseOne(b, nil); qj != nil {
 				hand := make(chan *RemoteJob, 1)
 				p.wg.Go(func() { p.runJob(b, qj, hand) })
 				if j := <-hand; j != nil { // nil: the job ended before it was handed over
