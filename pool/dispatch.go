@@ -172,7 +172,7 @@ func (p *WorkflowPool) lease(b *backend, prefer []string, seen roundMark) (lease
 		}
 		// Still leased: run it here rather than leave it waiting.
 	}
-	p.wg.Go(func() { p.runJob(b, qj, nil) })
+	p.goRun(func() { p.runJob(b, qj, nil) })
 	return true, false, false
 }
 

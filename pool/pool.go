@@ -58,6 +58,7 @@ type WorkflowPool struct {
 	hardCtx   context.Context
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
+	runWork   chan func()    // unbuffered: a job handed to an idle runner (goRun)
 
 	// dry is set while the last Lease this Pool made found no job;
 	// pauses holds the paused scopes the dispatcher read at its last
@@ -123,6 +124,7 @@ func New(cfg *Config) (*WorkflowPool, error) {
 		cfg:       c,
 		log:       c.Logger.With("component", "pool"),
 		wake:      make(chan struct{}, 1),
+		runWork:   make(chan func()),
 		leaseKick: make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
 		stoppedCh: make(chan struct{}),

@@ -178,7 +178,7 @@ func (r *RemoteBackend) Lease(ctx context.Context) (*RemoteJob, error) {
 		if b.remote.state() == comfy.StateConnected {
 			if qj, _ := p.leaseOne(b, nil); qj != nil {
 				hand := make(chan *RemoteJob, 1)
-				p.wg.Go(func() { p.runJob(b, qj, hand) })
+				p.goRun(func() { p.runJob(b, qj, hand) })
 				if j := <-hand; j != nil { // nil: the job ended before it was handed over
 					return j, nil
 				}
