@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/hash"
@@ -221,6 +222,9 @@ func decodeOverrides(b []byte) ([]Override, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
+	if ovr, ok := readOverrides(b); ok {
+		return ovr, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var ovr []Override
@@ -228,6 +232,154 @@ func decodeOverrides(b []byte) ([]Override, error) {
 		return nil, fmt.Errorf("pool: job overrides: %w", err)
 	}
 	return ovr, nil
+}
+
+// readOverrides reads b by hand when it is in the form encodeOverrides
+// writes for the usual values, compact, with names and strings that need
+// no escape and values that are numbers (json.Number), strings, booleans
+// or null, and returns what decodeOverrides' decoder would; ok is false
+// for anything else (then the decoder reads it). It runs once per job
+// leased: the decoder cost about 8 µs of CPU per job, 1.5% of a
+// zero-length job's whole cost on the throughput benchmark.
+func readOverrides(b []byte) (_ []Override, ok bool) {
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return nil, false
+	}
+	body := b[1 : len(b)-1]
+	n := bytes.Count(body, []byte(`{"node":`))
+	if n == 0 {
+		if len(body) == 0 {
+			return []Override{}, true // "[]": none, as the decoder gives
+		}
+		return nil, false
+	}
+	ovr := make([]Override, 0, n)
+	for len(body) > 0 {
+		if len(ovr) > 0 {
+			if body[0] != ',' {
+				return nil, false
+			}
+			body = body[1:]
+		}
+		var o Override
+		if body, ok = cutPrefix(body, `{"node":`); !ok {
+			return nil, false
+		}
+		if o.Node, body, ok = cutPlainString(body); !ok {
+			return nil, false
+		}
+		if body, ok = cutPrefix(body, `,"input":`); !ok {
+			return nil, false
+		}
+		if o.Input, body, ok = cutPlainString(body); !ok {
+			return nil, false
+		}
+		if body, ok = cutPrefix(body, `,"value":`); !ok {
+			return nil, false
+		}
+		if o.Value, body, ok = cutScalar(body); !ok {
+			return nil, false
+		}
+		if body, ok = cutPrefix(body, `}`); !ok {
+			return nil, false
+		}
+		ovr = append(ovr, o)
+	}
+	return ovr, true
+}
+
+// cutPrefix returns b after prefix, if b starts with it.
+func cutPrefix(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return b, false
+	}
+	return b[len(prefix):], true
+}
+
+// cutPlainString reads a JSON string at the start of b that has no escape
+// and no control character, and returns it and the rest of b.
+func cutPlainString(b []byte) (string, []byte, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", b, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			s := b[1:i]
+			if !utf8.Valid(s) {
+				return "", b, false // the decoder replaces invalid bytes
+			}
+			return string(s), b[i+1:], true
+		case c == '\\' || c < 0x20:
+			return "", b, false
+		}
+	}
+	return "", b, false
+}
+
+// cutScalar reads a JSON number (as a json.Number), plain string,
+// boolean or null at the start of b, and returns it and the rest of b.
+func cutScalar(b []byte) (any, []byte, bool) {
+	if len(b) == 0 {
+		return nil, b, false
+	}
+	switch b[0] {
+	case '"':
+		s, rest, ok := cutPlainString(b)
+		return s, rest, ok
+	case 't':
+		rest, ok := cutPrefix(b, "true")
+		return true, rest, ok
+	case 'f':
+		rest, ok := cutPrefix(b, "false")
+		return false, rest, ok
+	case 'n':
+		rest, ok := cutPrefix(b, "null")
+		return nil, rest, ok
+	}
+	n := numberLen(b)
+	if n == 0 {
+		return nil, b, false
+	}
+	return json.Number(b[:n]), b[n:], true
+}
+
+// numberLen returns the length of the JSON number at the start of b, or 0
+// when b does not start with one.
+func numberLen(b []byte) int {
+	i := 0
+	digits := func() int {
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return 0
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return 0
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return 0
+		}
+	}
+	return i
 }
 
 // workflowOf rebuilds the workflow a record runs: its template with its

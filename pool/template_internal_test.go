@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"testing"
@@ -31,4 +32,77 @@ func TestEncodeOverridesIsJSON(t *testing.T) {
 	assert.Equal(t, string(want), string(got))
 	_, err = encodeOverrides([]Override{{Node: "1", Input: "x", Value: func() {}}})
 	assert.Error(t, err)
+}
+
+// decodeWithDecoder is decodeOverrides without its hand reader.
+func decodeWithDecoder(b []byte) ([]Override, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var ovr []Override
+	err := dec.Decode(&ovr)
+	return ovr, err
+}
+
+// readOverrides reads what encodeOverrides writes for the usual values as
+// the decoder does, and leaves the rest to the decoder.
+func TestReadOverrides(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		read bool // by hand
+	}{
+		{`[{"node":"1","input":"seed","value":42}]`, true},
+		{`[{"node":"1","input":"seed","value":-0.5e+10},{"node":"2","input":"text","value":"a cat"},{"node":"3","input":"b","value":true},{"node":"4","input":"c","value":false},{"node":"5","input":"d","value":null}]`, true},
+		{`[{"node":"1","input":"seed","value":18446744073709551615}]`, true},
+		{`[{"node":"é","input":"x","value":"ü"}]`, true},
+		{`[]`, true},
+		{`[{"node":"1","input":"t","value":"a \"quoted\" cat"}]`, false},
+		{`[{"node":"1","input":"l","value":["x",1]}]`, false},
+		{`[{"node":"1","input":"o","value":{"a":1}}]`, false},
+		{`[ {"node":"1","input":"seed","value":42} ]`, false},
+		{`[{"input":"seed","node":"1","value":42}]`, false},
+		{`[{"Node":"1","input":"seed","value":42}]`, false},
+		{`[{"node":"1","input":"seed","value":042}]`, false},
+		{`[{"node":"1","input":"seed","value":1.}]`, false},
+		{`[{"node":"1","input":"seed","value":tru}]`, false},
+		{`[{"node":"1","input":"seed","value":1}`, false},
+		{`[{"node":"1","input":"seed","value":1}]x]`, false},
+		{"[{\"node\":\"\xff\",\"input\":\"seed\",\"value\":1}]", false},
+	} {
+		got, ok := readOverrides([]byte(tc.in))
+		assert.Equal(t, tc.read, ok, tc.in)
+		if !ok {
+			continue
+		}
+		want, err := decodeWithDecoder([]byte(tc.in))
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, want, got, tc.in)
+	}
+}
+
+// What readOverrides reads, it reads as the decoder does; and
+// decodeOverrides reads back what encodeOverrides wrote.
+func FuzzReadOverrides(f *testing.F) {
+	f.Add([]byte(`[{"node":"1","input":"seed","value":42},{"node":"2","input":"t","value":"x"}]`))
+	f.Add([]byte(`[{"node":"1","input":"cfg","value":-7.5E-3},{"node":"2","input":"b","value":null}]`))
+	f.Add([]byte(`[{"node":"1","input":"x","value":"a\"b"}]`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, ok := readOverrides(b); ok {
+			want, err := decodeWithDecoder(b)
+			require.NoError(t, err, "%q", b)
+			require.Equal(t, want, got, "%q", b)
+		}
+		var ovr []Override
+		if json.Unmarshal(b, &ovr) != nil {
+			return
+		}
+		enc, err := encodeOverrides(ovr)
+		require.NoError(t, err)
+		again, err := decodeOverrides(enc)
+		require.NoError(t, err)
+		want, err := decodeWithDecoder(enc)
+		require.NoError(t, err)
+		require.Equal(t, want, again, "%q", enc)
+	})
 }
