@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/comfypool/comfypool/internal/jsonwrite"
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
 
 // A POST /prompt body is written by hand, byte for byte as encoding/json
@@ -45,11 +45,11 @@ func (r *PromptRequest) appendJSON(b []byte) ([]byte, error) {
 	}
 	if r.ClientID != "" {
 		b = append(b, `,"client_id":`...)
-		b = jsonwrite.AppendString(b, r.ClientID)
+		b = jsonbytes.AppendString(b, r.ClientID)
 	}
 	if r.PromptID != "" {
 		b = append(b, `,"prompt_id":`...)
-		b = jsonwrite.AppendString(b, r.PromptID)
+		b = jsonbytes.AppendString(b, r.PromptID)
 	}
 	if len(r.ExtraData) > 0 {
 		b = append(b, `,"extra_data":`...)
@@ -68,7 +68,7 @@ func (r *PromptRequest) appendJSON(b []byte) ([]byte, error) {
 	}
 	if len(r.PartialExecutionTargets) > 0 {
 		b = append(b, `,"partial_execution_targets":`...)
-		b = jsonwrite.AppendStrings(b, r.PartialExecutionTargets)
+		b = jsonbytes.AppendStrings(b, r.PartialExecutionTargets)
 	}
 	return append(b, '}'), nil
 }
@@ -80,14 +80,14 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 	}
 	var ids [32]string
 	b = append(b, '{')
-	for i, id := range jsonwrite.SortedKeys(ids[:0], w) {
+	for i, id := range jsonbytes.SortedKeys(ids[:0], w) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = jsonwrite.AppendString(b, id)
+		b = jsonbytes.AppendString(b, id)
 		n := w[id]
 		b = append(b, `:{"class_type":`...)
-		b = jsonwrite.AppendString(b, n.ClassType)
+		b = jsonbytes.AppendString(b, n.ClassType)
 		b = append(b, `,"inputs":`...)
 		var err error
 		if b, err = appendJSONObject(b, n.Inputs); err != nil {
@@ -97,7 +97,7 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 			b = append(b, `,"_meta":{`...)
 			if n.Meta.Title != "" {
 				b = append(b, `"title":`...)
-				b = jsonwrite.AppendString(b, n.Meta.Title)
+				b = jsonbytes.AppendString(b, n.Meta.Title)
 			}
 			b = append(b, '}')
 		}
@@ -108,12 +108,12 @@ func appendWorkflowJSON(b []byte, w Workflow) ([]byte, error) {
 
 // appendJSONObject appends m as encoding/json encodes it.
 func appendJSONObject(b []byte, m map[string]any) ([]byte, error) {
-	return jsonwrite.AppendObject(b, m, appendLink)
+	return jsonbytes.AppendObject(b, m, appendLink)
 }
 
 // appendJSONValue appends v as encoding/json encodes it.
 func appendJSONValue(b []byte, v any) ([]byte, error) {
-	return jsonwrite.AppendValue(b, v, appendLink)
+	return jsonbytes.AppendValue(b, v, appendLink)
 }
 
 // appendLink writes a Link, a value of comfy's own among a workflow's
@@ -124,7 +124,7 @@ func appendLink(b []byte, v any) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, '[')
-	b = jsonwrite.AppendString(b, l.NodeID)
+	b = jsonbytes.AppendString(b, l.NodeID)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, int64(l.Output), 10)
 	return append(b, ']'), true

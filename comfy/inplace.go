@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/comfypool/comfypool/internal/jsonwrite"
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
 
 // In-place readers: the server writes its JSON with Python's json.dumps,
@@ -517,7 +517,7 @@ func cutValue(b []byte) (v ipValue, rest []byte, ok bool) {
 		}
 		return ipValue{kind: c, raw: b[:n], text: b[:n]}, b[n:], true
 	}
-	num, rest, ok := jsonwrite.CutNumber(b)
+	num, rest, ok := jsonbytes.CutNumber(b)
 	return ipValue{kind: '0', raw: num, text: num}, rest, ok
 }
 

@@ -59,6 +59,7 @@ type WorkflowPool struct {
 	hardStop  context.CancelCauseFunc
 	wg        sync.WaitGroup // dispatcher, watchers, job runners
 	runWork   chan func()    // unbuffered: a job handed to an idle runner (goRun)
+	runners   atomic.Int64   // runner goroutines alive, busy or waiting (goRun)
 
 	// dry is set while the last Lease this Pool made found no job;
 	// pauses holds the paused scopes the dispatcher read at its last

@@ -20,7 +20,9 @@ func (p *WorkflowPool) goRun(fn func()) {
 		return
 	default:
 	}
+	p.runners.Add(1)
 	p.wg.Go(func() {
+		defer p.runners.Add(-1)
 		fn()
 		t := time.NewTimer(runnerIdle)
 		defer t.Stop()

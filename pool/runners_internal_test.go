@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,24 +14,23 @@ func TestRunnersReused(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p := &WorkflowPool{runWork: make(chan func()), stopCh: make(chan struct{})}
-		base := runtime.NumGoroutine()
 		p.goRun(func() {})
 		synctest.Wait()
-		assert.Equal(t, base+1, runtime.NumGoroutine(), "the runner waits for another job")
-		var during int
-		p.goRun(func() { during = runtime.NumGoroutine() })
+		assert.EqualValues(t, 1, p.runners.Load(), "the runner waits for another job")
+		var during int64
+		p.goRun(func() { during = p.runners.Load() })
 		synctest.Wait()
-		assert.Equal(t, base+1, during, "the waiting runner ran the second job")
+		assert.EqualValues(t, 1, during, "the waiting runner ran the second job")
 
 		time.Sleep(runnerIdle)
 		synctest.Wait()
-		assert.Equal(t, base, runtime.NumGoroutine(), "an idle runner ends")
+		assert.EqualValues(t, 0, p.runners.Load(), "an idle runner ends")
 
 		p.goRun(func() {})
 		p.goRun(func() {}) // maybe a second runner
 		synctest.Wait()
 		close(p.stopCh)
 		p.wg.Wait()
-		assert.Equal(t, base, runtime.NumGoroutine(), "runners end when the Pool stops")
+		assert.EqualValues(t, 0, p.runners.Load(), "runners end when the Pool stops")
 	})
 }

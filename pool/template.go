@@ -12,7 +12,7 @@ import (
 
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/hash"
-	"github.com/comfypool/comfypool/internal/jsonwrite"
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 	"github.com/comfypool/comfypool/internal/models"
 	"github.com/comfypool/comfypool/queue"
 )
@@ -337,49 +337,11 @@ func cutScalar(b []byte) (any, []byte, bool) {
 		rest, ok := cutPrefix(b, "null")
 		return nil, rest, ok
 	}
-	n := numberLen(b)
-	if n == 0 {
+	num, rest, ok := jsonbytes.CutNumber(b)
+	if !ok {
 		return nil, b, false
 	}
-	return json.Number(b[:n]), b[n:], true
-}
-
-// numberLen returns the length of the JSON number at the start of b, or 0
-// when b does not start with one.
-func numberLen(b []byte) int {
-	i := 0
-	digits := func() int {
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i - j
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case digits() == 0:
-		return 0
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return 0
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return 0
-		}
-	}
-	return i
+	return json.Number(num), rest, true
 }
 
 // workflowOf rebuilds the workflow a record runs: its template with its
@@ -417,12 +379,12 @@ func encodeOverrides(ovr []Override) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"node":`...)
-		b = jsonwrite.AppendString(b, o.Node)
+		b = jsonbytes.AppendString(b, o.Node)
 		b = append(b, `,"input":`...)
-		b = jsonwrite.AppendString(b, o.Input)
+		b = jsonbytes.AppendString(b, o.Input)
 		b = append(b, `,"value":`...)
 		var err error
-		if b, err = jsonwrite.AppendValue(b, o.Value, nil); err != nil {
+		if b, err = jsonbytes.AppendValue(b, o.Value, nil); err != nil {
 			return nil, err
 		}
 		b = append(b, '}')

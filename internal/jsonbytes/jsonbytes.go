@@ -1,10 +1,12 @@
-// Package jsonwrite appends JSON byte for byte as encoding/json writes it,
-// without reflection for the values a workflow holds: strings, numbers,
-// booleans, nil, lists and objects (maps with their keys sorted). Any
+// Package jsonbytes writes and reads JSON as bytes, without reflection,
+// where comfypool's hot paths would otherwise run encoding/json: it
+// appends values byte for byte as encoding/json writes them (strings,
+// numbers, booleans, nil, lists and objects with their keys sorted; any
 // other value goes through encoding/json, after the caller's Ext has had
-// its turn. comfy writes its POST /prompt bodies with it, and pool a
-// job's overrides.
-package jsonwrite
+// its turn), and cuts a JSON number off the front of a buffer. comfy
+// writes its POST /prompt bodies with it and reads numbers in place; pool
+// writes and reads a job's overrides.
+package jsonbytes
 
 import (
 	"encoding/json"

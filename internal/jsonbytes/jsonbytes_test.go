@@ -1,4 +1,4 @@
-package jsonwrite_test
+package jsonbytes_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/comfypool/comfypool/internal/jsonwrite"
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
 
 // point is a type of the caller's own, written by its Ext.
@@ -29,7 +29,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 func TestAppendValueIsEncodingJSON(t *testing.T) {
 	for _, v := range []any{
 		nil, "", "plain", "quote \" back \\ slash", "<html> & co", "tab\tnew\nline", "ünïcode", "\u2028", "bad \xff utf-8", "\x7f",
-		true, false, 0, -7, int64(math.MaxInt64), 1.5, 1e-7, 1e21, 123456789.0, -0.0, 5e-324,
+		true, false, 0, -7, int64(math.MaxInt64), 1.5, 1e-7, 1e21, 123456789.0, math.Copysign(0, -1), 5e-324,
 		json.Number("12345678901234567890"), json.Number("-0.5e+10"),
 		[]any{}, []any(nil), []any{1, "a", nil, []any{true}},
 		map[string]any{}, map[string]any(nil), map[string]any{"b": 1, "a": map[string]any{"z": "y", "<": []any{}}},
@@ -39,10 +39,10 @@ func TestAppendValueIsEncodingJSON(t *testing.T) {
 	} {
 		want, err := json.Marshal(v)
 		require.NoError(t, err, "%#v", v)
-		got, err := jsonwrite.AppendValue([]byte("prefix:"), v, appendPoint)
+		got, err := jsonbytes.AppendValue([]byte("prefix:"), v, appendPoint)
 		require.NoError(t, err, "%#v", v)
 		assert.Equal(t, "prefix:"+string(want), string(got), "%#v", v)
-		got, err = jsonwrite.AppendValue(nil, v, nil) // without an Ext: encoding/json writes point
+		got, err = jsonbytes.AppendValue(nil, v, nil) // without an Ext: encoding/json writes point
 		require.NoError(t, err)
 		assert.Equal(t, string(want), string(got), "%#v", v)
 	}
@@ -53,7 +53,7 @@ func TestAppendValueIsEncodingJSON(t *testing.T) {
 func TestAppendValueErrors(t *testing.T) {
 	for _, v := range []any{math.Inf(1), math.NaN(), func() {}, json.Number("1."), json.Number("0x10"), []any{math.Inf(-1)}} {
 		_, want := json.Marshal(v)
-		_, err := jsonwrite.AppendValue(nil, v, nil)
+		_, err := jsonbytes.AppendValue(nil, v, nil)
 		assert.Equal(t, want != nil, err != nil, "%#v: encoding/json %v, AppendValue %v", v, want, err)
 	}
 }
@@ -64,7 +64,7 @@ func FuzzAppendString(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		want, _ := json.Marshal(s)
-		if got := jsonwrite.AppendString(nil, s); string(got) != string(want) {
+		if got := jsonbytes.AppendString(nil, s); string(got) != string(want) {
 			t.Fatalf("AppendString(%q) = %s, encoding/json %s", s, got, want)
 		}
 	})
@@ -78,7 +78,7 @@ func FuzzCutNumber(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		num, rest, ok := jsonwrite.CutNumber([]byte(s))
+		num, rest, ok := jsonbytes.CutNumber([]byte(s))
 		var n json.Number
 		whole := json.Unmarshal([]byte(s), &n) == nil && string(n) == s
 		if whole && (!ok || len(rest) != 0) {
