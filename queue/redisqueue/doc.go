@@ -185,7 +185,15 @@
 // so the scripts read a record once, pass strings to redis.call, format
 // each number once per call, and return a record as one JSON string
 // (cjson, in C) rather than 32 replies, which also spares the client an
-// allocation per field. The README's Scale table has the figures.
+// allocation per field. A Driver keeps the record that Lease, Extend or
+// Begin returned of each job its callers hold (up to 4,096, dropped
+// when the lease ends or, once expired, when room is needed), and its
+// Complete sends the record's version: when the job is still at that
+// version (every write of a record bumps it), the script reads only
+// the eleven fields it needs and returns only the five it wrote, and
+// the Driver builds the job from the two; otherwise, or with no record
+// held, it returns the whole record. The README's Scale table has the
+// figures.
 //
 // # DAG executions
 //

@@ -78,6 +78,7 @@ type Driver struct {
 	wg        sync.WaitGroup
 
 	group grouper // job operations sharing one script call (group.go)
+	held  held    // the records of the leases held here (held.go)
 
 	noFunctions atomic.Bool // the server runs no Functions: EVALSHA (scripts.go)
 

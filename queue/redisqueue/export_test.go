@@ -37,3 +37,6 @@ func (d *Driver) RunOps(ctx context.Context, ops ...[]any) ([][]any, []error) {
 
 // LibraryName returns the name of the driver's Functions library.
 func LibraryName() string { return lib.name }
+
+// Held returns the number of lease records the driver holds (held.go).
+func (d *Driver) Held() int { return d.held.len() }

@@ -21,12 +21,26 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 	if len(res) > 1 {
 		detail, _ = res[1].(string)
 	}
+	switch op {
+	case "lease", "extend", "begin":
+	default: // the lease ends (or is not this Driver's)
+		if id != "" {
+			d.held.drop(id)
+		}
+	}
 	switch status {
 	case "ok":
 		if len(res) < 3 {
 			return nil, fmt.Errorf("redisqueue: %s: malformed reply", op)
 		}
-		j, err := decodeRow(res[2])
+		var j *queue.Job
+		var err error
+		switch op {
+		case "lease", "extend", "begin":
+			j, err = d.holdRow(res[2])
+		default:
+			j, err = decodeRow(res[2])
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -38,8 +52,10 @@ func (d *Driver) result(op, id string, res []any) (*queue.Job, error) {
 	case "none":
 		return nil, nil
 	case "notfound":
+		d.held.drop(id)
 		return nil, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
 	case "lost":
+		d.held.drop(id)
 		return nil, errorf(queue.ErrLeaseLost, "job %s is %s", id, detail)
 	case "invalid":
 		return nil, errorf(queue.ErrInvalidState, "cannot %s job %s: it is %s", op, id, detail)
@@ -179,9 +195,28 @@ func (d *Driver) Begin(ctx context.Context, id, token string, p *queue.BeginPara
 	return d.do(ctx, "begin", id, id, token, p.Backend, p.PromptID)
 }
 
-// Complete implements [queue.Driver].
+// Complete implements [queue.Driver]. When this Driver holds the job's
+// record from the lease (see held), the script returns only what it
+// wrote, and the job is that record with these.
 func (d *Driver) Complete(ctx context.Context, id, token string, result []byte) (*queue.Job, error) {
-	return d.do(ctx, "complete", id, id, token, result)
+	base := d.held.take(id, token)
+	known := ""
+	if base != nil {
+		known = base.v[fV]
+	}
+	res, err := d.op(ctx, "complete", id, token, result, known)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil || len(res) < 2 || res[1] != "d" {
+		return d.result("complete", id, res)
+	}
+	j, err := completed(base, res[2:], result)
+	if err != nil {
+		return nil, err
+	}
+	d.signalSpace() // a local waiter need not wait for the message
+	return j, nil
 }
 
 // needsArg encodes replacement needs: "" keeps them.

@@ -1,6 +1,7 @@
 package redisqueue
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +96,62 @@ func decodeRow(raw any) (*queue.Job, error) {
 		return nil, fmt.Errorf("redisqueue: malformed job record: %w", err)
 	}
 	return decodeFields(&r)
+}
+
+// holdRow is decodeRow for the ops that return a leased job (Lease,
+// Extend, Begin): it keeps the record for the job's Complete (see held).
+func (d *Driver) holdRow(raw any) (*queue.Job, error) {
+	s, ok := raw.(string)
+	if !ok {
+		return nil, fmt.Errorf("redisqueue: malformed job record %T", raw)
+	}
+	r := new(rawRecord)
+	if err := splitRecord(s, r); err != nil {
+		return nil, fmt.Errorf("redisqueue: malformed job record: %w", err)
+	}
+	j, err := decodeFields(r)
+	if err != nil {
+		return nil, err
+	}
+	if j.State == queue.StateLeased {
+		d.held.put(r)
+	}
+	return j, nil
+}
+
+// completed builds the job that a complete of the held record base
+// made, from what the script wrote (delta: v, fi, at, u, us; see
+// complete in lua/ops.lua) and the result stored. base is the caller's
+// own (taken from held).
+func completed(base *rawRecord, delta []any, result []byte) (*queue.Job, error) {
+	if len(delta) != 5 {
+		return nil, fmt.Errorf("redisqueue: complete: malformed reply")
+	}
+	var f [5]string
+	for i, v := range delta {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("redisqueue: complete: malformed reply")
+		}
+		f[i] = s
+	}
+	r := base
+	r.v[fSt], r.has[fSt] = string(queue.StateCompleted), true
+	r.v[fV], r.v[fFi], r.v[fAt], r.v[fU] = f[0], f[1], f[2], f[3]
+	r.has[fV], r.has[fFi], r.has[fAt], r.has[fU] = true, true, true, true
+	r.v[fUs], r.has[fUs] = f[4], f[4] != ""
+	for _, i := range [...]int{fTk, fLe, fAo, fRs} {
+		r.v[i], r.has[i] = "", false
+	}
+	j, err := decodeFields(r)
+	if err != nil {
+		return nil, err
+	}
+	j.Result = bytes.Clone(result) // as stored (rs), without a copy through a string
+	if len(j.Result) == 0 {
+		j.Result = nil
+	}
+	return j, nil
 }
 
 var errRecordSyntax = errors.New("not a JSON array of the record's fields")

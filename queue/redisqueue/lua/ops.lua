@@ -3,7 +3,8 @@
 -- its name and then its fixed arguments. The result holds, for each, a
 -- status ("ok", "none", "notfound", "lost", "invalid", "cancelled",
 -- "full"), a detail (the job's state for "lost" and "invalid") and the
--- job's record when ok.
+-- job's record when ok (or, for a complete with detail "d", the fields
+-- it wrote: see complete).
 
 local paused -- the paused scopes, read once per call
 local function pausedSet()
@@ -177,21 +178,41 @@ local function begin(id, tok, backend, prompt)
   return { 'ok', '', pack(record(id)) }
 end
 
-local function complete(id, tok, result)
+-- complete reads only the fields it needs when the caller holds the
+-- job's record as of version known (the Driver's copy from its Lease,
+-- Extend or Begin), and then returns, when the job is still at that
+-- version, only what it wrote (status "ok", detail "d": v, fi, at, u,
+-- us): every write of a record bumps its version, so the caller's copy
+-- and these make the record. Otherwise (known "", or another version)
+-- it returns the record.
+local function complete(id, tok, result, known)
   local k = jk(id)
-  local rec = record(id, k)
-  local bad = checkLease(id, tok, rec[R.st], rec[R.tk], rec[R.le])
-  if bad then return bad end
+  local rec, at, ao, lb, la, v, u, se, sq
+  if known ~= '' then
+    local f = redis.call('HMGET', k, 'st', 'tk', 'le', 'v', 'u', 'at', 'ao', 'lb', 'la', 'se', 'sq')
+    local bad = checkLease(id, tok, f[1], f[2], f[3])
+    if bad then return bad end
+    v, u, at, ao, lb, la, se, sq = f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]
+  else
+    rec = record(id, k)
+    local bad = checkLease(id, tok, rec[R.st], rec[R.tk], rec[R.le])
+    if bad then return bad end
+    v, u, at, ao, lb, la, se, sq = rec[R.v], rec[R.u], rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], rec[R.se], rec[R.sq]
+  end
   -- One read and one write of the record (the hot path).
-  local at = closed(rec[R.at], rec[R.ao], rec[R.lb], rec[R.la], NOW, 'none', nil, true, true)
-  local v, u, fi = numstr((tonumber(rec[R.v]) or 0) + 1), numstr((tonumber(rec[R.u]) or 0) + 1), NOWS
+  local nat = closed(at, ao, lb, la, NOW, 'none', nil, true, true)
+  local nv, nu, fi = numstr((tonumber(v) or 0) + 1), numstr((tonumber(u) or 0) + 1), NOWS
   redis.call('ZREM', K('lease'), id)
   redis.call('HDEL', k, 'tk', 'le', 'ao')
-  redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', at, 'u', u, 'v', v)
-  rec[R.us] = ended(id, rec[R.se], NOW, k)
-  move(id, rec[R.sq], 'leased', 'completed')
-  changed(id, 'completed', v)
-  rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v] = 'completed', fi, result, at, u, v
+  redis.call('HSET', k, 'st', 'completed', 'fi', fi, 'rs', result, 'at', nat, 'u', nu, 'v', nv)
+  local us = ended(id, se, NOW, k)
+  move(id, sq, 'leased', 'completed')
+  changed(id, 'completed', nv)
+  if not rec then
+    if v == known then return { 'ok', 'd', nv, fi, nat, nu, us or '' } end
+    return { 'ok', '', pack(record(id, k)) }
+  end
+  rec[R.st], rec[R.fi], rec[R.rs], rec[R.at], rec[R.u], rec[R.v], rec[R.us] = 'completed', fi, result, nat, nu, nv, us
   rec[R.tk], rec[R.le], rec[R.ao] = false, false, false
   return { 'ok', '', pack(rec) }
 end
@@ -329,7 +350,7 @@ end
 -- stay, as Redis does not roll a script back, and the group goes on.
 local ops = {
   get = { get, 1 }, lease = { lease, 8 }, extend = { extend, 3 }, begin = { begin, 4 },
-  complete = { complete, 3 }, fail = { fail, 10 }, requeue = { requeue, 7 }, cancel = { cancel, 5 },
+  complete = { complete, 4 }, fail = { fail, 10 }, requeue = { requeue, 7 }, cancel = { cancel, 5 },
   retry = { retry, 2 }, settle = { settle, 1 },
 }
 entries.ops = function(KEYS, ARGV)
