@@ -267,10 +267,11 @@ local function expire(id, at)
 end
 
 -- due applies the transitions that are due: expired leases and elapsed
--- retry delays, at most limit of each (the maintenance loop does the
+-- retry delays, at most limit of each (a string, as redis.call takes
+-- it: a number argument costs an sprintf; the maintenance loop does the
 -- rest). It never looks at jobs that are not due.
 local function due(limit)
-  local exp = redis.call('ZRANGEBYSCORE', K('lease'), '-inf', NOWS, 'WITHSCORES', 'LIMIT', 0, limit)
+  local exp = redis.call('ZRANGEBYSCORE', K('lease'), '-inf', NOWS, 'WITHSCORES', 'LIMIT', '0', limit)
   for i = 1, #exp, 2 do
     if redis.call('HGET', jk(exp[i]), 'st') == 'leased' then
       expire(exp[i], tonumber(exp[i + 1]))
@@ -278,7 +279,7 @@ local function due(limit)
       redis.call('ZREM', K('lease'), exp[i]) -- a leftover (Redis trouble)
     end
   end
-  local ready = redis.call('ZRANGEBYSCORE', K('retry'), '-inf', NOWS, 'LIMIT', 0, limit)
+  local ready = redis.call('ZRANGEBYSCORE', K('retry'), '-inf', NOWS, 'LIMIT', '0', limit)
   for _, id in ipairs(ready) do
     redis.call('ZREM', K('retry'), id)
     if redis.call('HGET', jk(id), 'st') == 'retrying' then

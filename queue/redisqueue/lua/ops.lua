@@ -88,7 +88,7 @@ local function lease(backend, dur, tok, wfs, tags, has, xwf, pref)
     local d = def(bid)
     if d and best and d[2] < bestPr then break end -- lower priorities cannot win
     if d and eligible(d, r, ps) then
-      local h = redis.call('ZRANGE', qk(bid), 0, 1)
+      local h = redis.call('ZRANGE', qk(bid), '0', '1')
       if #h == 0 then
         dropBucket(bid)
       else
@@ -356,7 +356,7 @@ local ops = {
 entries.ops = function(KEYS, ARGV)
   start(ARGV)
   paused, defs, sets = nil, {}, {}
-  due(100)
+  due('100')
   local out = {}
   local i = 3
   while i <= #ARGV do

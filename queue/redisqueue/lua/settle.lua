@@ -10,7 +10,7 @@
 
 entries.settle = function(KEYS, ARGV)
   start(ARGV)
-  due(100)
+  due('100')
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'uclaim', '-inf', NOW)) do
     redis.call('ZREM', P .. 'uclaim', id)
     local f = redis.call('HMGET', jk(id), 'us', 'fi')

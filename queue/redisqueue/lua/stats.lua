@@ -1,7 +1,7 @@
 -- stats: the counts by state and the age of the oldest queued job.
 entries.stats = function(KEYS, ARGV)
   start(ARGV)
-  due(100)
+  due('100')
   publish()
   local out = {}
   for _, st in ipairs({ 'queued', 'leased', 'retrying', 'completed', 'dead', 'cancelled' }) do
