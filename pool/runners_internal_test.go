@@ -3,13 +3,13 @@ package pool
 import (
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 )
 
-// A job runner waits for the next job (no new goroutine runs it), ends
-// after runnerIdle without one, and at once when the Pool stops.
+// A job runner waits for the next job (no new goroutine runs it), a
+// second starts only while the first is busy, and both end when the Pool
+// stops.
 func TestRunnersReused(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -22,13 +22,15 @@ func TestRunnersReused(t *testing.T) {
 		synctest.Wait()
 		assert.EqualValues(t, 1, during, "the waiting runner ran the second job")
 
-		time.Sleep(runnerIdle)
+		busy := make(chan struct{})
+		p.goRun(func() { <-busy })
 		synctest.Wait()
-		assert.EqualValues(t, 0, p.runners.Load(), "an idle runner ends")
-
 		p.goRun(func() {})
-		p.goRun(func() {}) // maybe a second runner
 		synctest.Wait()
+		assert.EqualValues(t, 2, p.runners.Load(), "a busy runner: a second one")
+		close(busy)
+		synctest.Wait()
+
 		close(p.stopCh)
 		p.wg.Wait()
 		assert.EqualValues(t, 0, p.runners.Load(), "runners end when the Pool stops")
