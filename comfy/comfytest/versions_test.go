@@ -74,6 +74,8 @@ func TestStatusOnEveryQueueChange(t *testing.T) {
 		s.HangPrompts(true)
 		by := dial(t, s, "?clientId=bystander")
 		by.next()
+		owner := dial(t, s, "?clientId="+cid) // the prompts' client: it hears them run
+		owner.next()
 		status := func(n int) string {
 			return `{"type": "status", "data": {"status": {"exec_info": {"queue_remaining": ` + string(rune('0'+n)) + `}}}}`
 		}
@@ -97,6 +99,11 @@ func TestStatusOnEveryQueueChange(t *testing.T) {
 		assert.NotContains(t, q, p3)
 		assert.Contains(t, q, running, "clear leaves the running prompt alone")
 
+		// As the real server does, the fake clears the interrupt flag when a
+		// prompt's execution starts, a moment after it left the queue: an
+		// interrupt in between is lost. Interrupt once it runs a node.
+		for !strings.Contains(owner.next(), `"type": "executing"`) {
+		}
 		post(t, s, "/interrupt", `{}`)
 		assert.Equal(t, status(0), by.next(), "task_done")
 		for _, id := range []string{p2, p3} {
