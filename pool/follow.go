@@ -387,6 +387,13 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 		case <-p.stopCh: // a stalled reader does not hold Stop up
 		}
 	}
+	// drain relays the events of this Pool's that local holds and that do
+	// not end the job: they happened before the end this goroutine is
+	// about to report, which it may have learnt of first (a select picks
+	// among ready cases at random; the record's change can beat the
+	// job:output still in local). A terminal event there is dropped: the
+	// caller reports the end.
+	var drain func()
 	// report turns a record into the event of its state, when it is new.
 	report := func(qj *queue.Job) (done bool) {
 		if qj == nil || qj.Version <= seen {
@@ -400,6 +407,7 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 				case <-ctx.Done():
 				}
 			}
+			drain()
 			final(p.terminalEvent(qj))
 			return true
 		}
@@ -419,11 +427,7 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 		}
 		send(ev) // a start reported already is dropped there (startedFor)
 	}
-	// finish ends the Watch of a job this Pool ended: the events local
-	// holds still come first (this goroutine may learn of the end before
-	// it has read them all), then the end (on local too, unless local was
-	// full; the outcome says the same).
-	finish := func(o *outcome) {
+	drain = func() {
 		for {
 			select {
 			case ev, ok := <-local:
@@ -433,9 +437,15 @@ func (p *WorkflowPool) watch1(ctx context.Context, id string, qj *queue.Job, cha
 				}
 			default:
 			}
-			final(o.event())
 			return
 		}
+	}
+	// finish ends the Watch of a job this Pool ended: the events local
+	// holds still come first (drain), then the end (on local too, unless
+	// local was full; the outcome says the same).
+	finish := func(o *outcome) {
+		drain()
+		final(o.event())
 	}
 	if o, ending := p.localOutcome(id); o != nil || ending != nil {
 		if ending != nil {
