@@ -8,6 +8,8 @@ import (
 	"maps"
 	"math"
 	"strconv"
+
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
 
 // Workflow is a ComfyUI workflow in API format: node id to [Node]. It is
@@ -116,16 +118,16 @@ func parseWorkflowDirect(data []byte) (Workflow, bool) {
 	if !json.Valid(data) {
 		return nil, false
 	}
-	b := skipJSONSpace(data)
+	b := jsonbytes.SkipSpace(data)
 	if b[0] != '{' {
 		return nil, false
 	}
 	w := make(Workflow)
 	var hasNodes, hasLinks bool
-	b = skipJSONSpace(b[1:])
+	b = jsonbytes.SkipSpace(b[1:])
 	for b[0] != '}' {
 		id, rest := jsonText(b)
-		b = skipJSONSpace(skipJSONSpace(rest)[1:]) // after the ':'
+		b = jsonbytes.SkipSpace(jsonbytes.SkipSpace(rest)[1:]) // after the ':'
 		switch id {
 		case "nodes":
 			hasNodes = true
@@ -138,11 +140,11 @@ func parseWorkflowDirect(data []byte) (Workflow, bool) {
 			return nil, false
 		}
 		w[id] = node // a repeated id: the last, as a map's decoder does
-		if b = skipJSONSpace(b); b[0] == ',' {
-			b = skipJSONSpace(b[1:])
+		if b = jsonbytes.SkipSpace(b); b[0] == ',' {
+			b = jsonbytes.SkipSpace(b[1:])
 		}
 	}
-	if len(skipJSONSpace(b[1:])) > 0 || len(w) == 0 || hasNodes && hasLinks {
+	if len(jsonbytes.SkipSpace(b[1:])) > 0 || len(w) == 0 || hasNodes && hasLinks {
 		return nil, false // data after the object, no nodes, or the UI format
 	}
 	return w, true
@@ -158,10 +160,10 @@ func parseNode(b []byte) (n Node, rest []byte, ok bool) {
 	}
 	var meta []byte // the last _meta's text, when it is not null
 	hasInputs := false
-	b = skipJSONSpace(b[1:])
+	b = jsonbytes.SkipSpace(b[1:])
 	for b[0] != '}' {
 		key, rest := jsonText(b)
-		b = skipJSONSpace(skipJSONSpace(rest)[1:]) // after the ':'
+		b = jsonbytes.SkipSpace(jsonbytes.SkipSpace(rest)[1:]) // after the ':'
 		var v any
 		start := b
 		v, b = jsonValue(b)
@@ -183,8 +185,8 @@ func parseNode(b []byte) (n Node, rest []byte, ok bool) {
 				meta = start[:len(start)-len(b)]
 			}
 		}
-		if b = skipJSONSpace(b); b[0] == ',' {
-			b = skipJSONSpace(b[1:])
+		if b = jsonbytes.SkipSpace(b); b[0] == ',' {
+			b = jsonbytes.SkipSpace(b[1:])
 		}
 	}
 	if n.ClassType == "" {
@@ -209,27 +211,27 @@ func jsonValue(b []byte) (any, []byte) {
 	switch b[0] {
 	case '{':
 		m := make(map[string]any)
-		b = skipJSONSpace(b[1:])
+		b = jsonbytes.SkipSpace(b[1:])
 		for b[0] != '}' {
 			k, rest := jsonText(b)
 			var v any
-			v, b = jsonValue(skipJSONSpace(skipJSONSpace(rest)[1:]))
+			v, b = jsonValue(jsonbytes.SkipSpace(jsonbytes.SkipSpace(rest)[1:]))
 			m[k] = v
-			if b = skipJSONSpace(b); b[0] == ',' {
-				b = skipJSONSpace(b[1:])
+			if b = jsonbytes.SkipSpace(b); b[0] == ',' {
+				b = jsonbytes.SkipSpace(b[1:])
 			}
 		}
 		return m, b[1:]
 	case '[':
 		var buf [8]any // most lists are links: two items
 		items := buf[:0]
-		b = skipJSONSpace(b[1:])
+		b = jsonbytes.SkipSpace(b[1:])
 		for b[0] != ']' {
 			var v any
 			v, b = jsonValue(b)
 			items = append(items, v)
-			if b = skipJSONSpace(b); b[0] == ',' {
-				b = skipJSONSpace(b[1:])
+			if b = jsonbytes.SkipSpace(b); b[0] == ',' {
+				b = jsonbytes.SkipSpace(b[1:])
 			}
 		}
 		return append(make([]any, 0, len(items)), items...), b[1:]
@@ -243,42 +245,21 @@ func jsonValue(b []byte) (any, []byte) {
 	case 'n':
 		return nil, b[len("null"):]
 	}
-	i := 0
-	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
-		i++
-	}
-	return json.Number(b[:i]), b[i:]
+	num, rest, _ := jsonbytes.CutNumber(b) // valid JSON: a number
+	return json.Number(num), rest
 }
 
 // jsonText reads the string literal at the start of b, which is valid
 // JSON, and returns its text and what follows it: printable ASCII without
 // escapes as it is, anything else unquoted by encoding/json.
 func jsonText(b []byte) (string, []byte) {
-	plain := true
-	i := 1
-	for ; b[i] != '"'; i++ {
-		switch c := b[i]; {
-		case c == '\\':
-			plain = false
-			i++ // the escaped character, maybe a quote
-		case c < 0x20 || c >= 0x80:
-			plain = false
-		}
-	}
+	lit, plain, rest := jsonbytes.CutValidString(b)
 	if plain {
-		return string(b[1:i]), b[i+1:]
+		return string(lit[1 : len(lit)-1]), rest
 	}
 	var s string
-	_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
-	return s, b[i+1:]
-}
-
-// skipJSONSpace drops the whitespace JSON allows before a token.
-func skipJSONSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
+	_ = json.Unmarshal(lit, &s) // a valid string literal
+	return s, rest
 }
 
 // Clone returns a deep copy of w: nodes, inputs maps and the JSON values

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
 
 // omap is a JSON object that keeps its key order, as Python dicts do.
@@ -397,17 +399,17 @@ type orderedDecoder struct {
 // json.Decoder's tokens, every string and number cost a decoder of its
 // own.
 func (d *orderedDecoder) value(b []byte) (any, []byte) {
-	b = skipSpace(b)
+	b = jsonbytes.SkipSpace(b)
 	switch b[0] {
 	case '{':
 		base := len(d.kvs)
-		b = skipSpace(b[1:])
+		b = jsonbytes.SkipSpace(b[1:])
 		for b[0] != '}' {
 			k, rest := orderedString(b)
-			v, rest := d.value(skipSpace(rest)[1:]) // after the ':'
+			v, rest := d.value(jsonbytes.SkipSpace(rest)[1:]) // after the ':'
 			d.set(base, k, v)
-			if b = skipSpace(rest); b[0] == ',' {
-				b = skipSpace(b[1:])
+			if b = jsonbytes.SkipSpace(rest); b[0] == ',' {
+				b = jsonbytes.SkipSpace(b[1:])
 			}
 		}
 		m := make(omap, len(d.kvs)-base)
@@ -417,12 +419,12 @@ func (d *orderedDecoder) value(b []byte) (any, []byte) {
 		return m, b[1:]
 	case '[':
 		base := len(d.vals)
-		b = skipSpace(b[1:])
+		b = jsonbytes.SkipSpace(b[1:])
 		for b[0] != ']' {
 			v, rest := d.value(b)
 			d.vals = append(d.vals, v)
-			if b = skipSpace(rest); b[0] == ',' {
-				b = skipSpace(b[1:])
+			if b = jsonbytes.SkipSpace(rest); b[0] == ',' {
+				b = jsonbytes.SkipSpace(b[1:])
 			}
 		}
 		a := make([]any, len(d.vals)-base)
@@ -440,11 +442,8 @@ func (d *orderedDecoder) value(b []byte) (any, []byte) {
 	case 'n':
 		return nil, b[len("null"):]
 	}
-	i := 0
-	for i < len(b) && strings.IndexByte("+-.0123456789eE", b[i]) >= 0 {
-		i++
-	}
-	return json.Number(b[:i]), b[i:]
+	num, rest, _ := jsonbytes.CutNumber(b) // valid JSON: a number
+	return json.Number(num), rest
 }
 
 // set is omap.set for the object being read, whose members are
@@ -465,23 +464,13 @@ func (d *orderedDecoder) set(base int, k string, v any) {
 // or non-ASCII bytes is taken as it is (the keys of the protocol as
 // constants); other text is unquoted by encoding/json.
 func orderedString(b []byte) (string, []byte) {
-	plain := true
-	i := 1
-	for ; b[i] != '"'; i++ {
-		switch c := b[i]; {
-		case c == '\\':
-			plain = false
-			i++ // the escaped character, maybe a quote
-		case c >= 0x80:
-			plain = false
-		}
-	}
+	lit, plain, rest := jsonbytes.CutValidString(b)
 	if plain {
-		return protocolKey(b[1:i]), b[i+1:]
+		return protocolKey(lit[1 : len(lit)-1]), rest
 	}
 	var s string
-	_ = json.Unmarshal(b[:i+1], &s) // a valid string literal
-	return s, b[i+1:]
+	_ = json.Unmarshal(lit, &s) // a valid string literal
+	return s, rest
 }
 
 // protocolKey returns t as a string: a constant for the keys every prompt
@@ -521,20 +510,20 @@ func protocolKey(t []byte) string {
 // into a map finds it. ok is false when obj is not an object or has no
 // such member.
 func rawMember(obj []byte, key string) (raw json.RawMessage, ok bool) {
-	b := skipSpace(obj)
+	b := jsonbytes.SkipSpace(obj)
 	if b[0] != '{' {
 		return nil, false
 	}
-	b = skipSpace(b[1:])
+	b = jsonbytes.SkipSpace(b[1:])
 	for b[0] != '}' {
 		k, rest := orderedString(b) // unescaped as a map's keys are
-		val := skipSpace(skipSpace(rest)[1:])
+		val := jsonbytes.SkipSpace(jsonbytes.SkipSpace(rest)[1:])
 		rest = skipValue(val)
 		if k == key {
 			raw, ok = val[:len(val)-len(rest)], true
 		}
-		if b = skipSpace(rest); b[0] == ',' {
-			b = skipSpace(b[1:])
+		if b = jsonbytes.SkipSpace(rest); b[0] == ',' {
+			b = jsonbytes.SkipSpace(b[1:])
 		}
 	}
 	return bytes.Clone(raw), ok
@@ -572,14 +561,6 @@ func skipValue(b []byte) []byte {
 		}
 	}
 	return nil
-}
-
-// skipSpace drops the whitespace JSON allows before a token.
-func skipSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
 }
 
 // toPlain converts an ordered value into plain Go maps/slices (for

@@ -202,3 +202,34 @@ func skipDigits(b []byte, i int) int {
 	}
 	return i
 }
+
+// The readers below take JSON already validated (json.Valid), so that they
+// need not check what they skip.
+
+// SkipSpace drops the whitespace JSON allows before a token.
+func SkipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
+// CutValidString cuts the string literal at the start of b, which is
+// valid JSON: lit is the literal with its quotes, and plain reports that
+// its text is lit[1:len(lit)-1] as it is (no escape and only ASCII: valid
+// JSON holds no raw control character); otherwise the caller unquotes lit
+// (json.Unmarshal).
+func CutValidString(b []byte) (lit []byte, plain bool, rest []byte) {
+	plain = true
+	i := 1
+	for ; b[i] != '"'; i++ {
+		switch c := b[i]; {
+		case c == '\\':
+			plain = false
+			i++ // the escaped character, maybe a quote
+		case c >= 0x80:
+			plain = false
+		}
+	}
+	return b[:i+1], plain, b[i+1:]
+}

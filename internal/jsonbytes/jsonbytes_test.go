@@ -92,3 +92,21 @@ func FuzzCutNumber(f *testing.F) {
 		}
 	})
 }
+
+// CutValidString cuts exactly the literal encoding/json wrote, whatever
+// its text, and says plain only when the text is the literal's inside.
+func FuzzCutValidString(f *testing.F) {
+	for _, s := range []string{"", "a", `"`, `\`, "<&>", "\u2028", "é", "\x01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		lit, _ := json.Marshal(s)
+		got, plain, rest := jsonbytes.CutValidString(append(append([]byte(nil), lit...), `, "next"`...))
+		if string(got) != string(lit) || string(rest) != `, "next"` {
+			t.Fatalf("CutValidString(%s) = %s + %q", lit, got, rest)
+		}
+		if plain && string(got[1:len(got)-1]) != s {
+			t.Fatalf("CutValidString(%s): plain, but %q is not %q", lit, got[1:len(got)-1], s)
+		}
+	})
+}
