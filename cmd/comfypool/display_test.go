@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vbauerster/mpb/v8"
 
+	"github.com/comfypool/comfypool/internal/syncbuf"
 	"github.com/comfypool/comfypool/pool"
 )
 
@@ -54,13 +55,18 @@ FAIL  job-0003 on no backend after 0 attempt(s) in 2s: pool: no backend can run 
 // checks).
 func TestBarDisplayRenders(t *testing.T) {
 	t.Parallel()
-	var buf bytes.Buffer
+	var buf syncbuf.Buffer
 	refresh := make(chan any)
 	d := newBarDisplay(&buf, []string{"gpu-1", "gpu-2"}, 3, mpb.WithWidth(120), mpb.WithManualRefresh(refresh))
 	d.event(pool.Event{Kind: pool.EventJobStarted, Backend: "gpu-1", Attempt: 1}, "job-0001")
 	d.event(pool.Event{Kind: pool.EventJobProgress, Backend: "gpu-1", Progress: &pool.ProgressEvent{Node: "3", Value: 5, Max: 20}}, "job-0001")
-	refresh <- time.Now()
-	refresh <- time.Now() // taken once the first frame was handed over
+	// mpb takes a refresh before its bars have rendered the frame (their
+	// decorators run on goroutines of their own), so refresh until the
+	// progress shows, before feed changes the backend's job.
+	for i := 0; !strings.Contains(buf.String(), "job-0001 5/20"); i++ {
+		require.Less(t, i, 10_000, "the progress never rendered")
+		refresh <- time.Now()
+	}
 	feed(d)
 	refresh <- time.Now()
 	refresh <- time.Now()
