@@ -855,7 +855,8 @@ func (p *WorkflowPool) fetchVRAM(ctx context.Context, b *backend) {
 // refresher keeps b's capabilities and free VRAM fresh, off the dispatch
 // path: on every (re)connection (kick) it fetches /object_info, retrying
 // with backoff while it fails and b stays connected, and /system_stats;
-// after every prompt (kickVRAM) it fetches /system_stats. It runs beside
+// after prompts end (kickVRAM) it fetches /system_stats again, at most
+// once per vramInterval since the last read. It runs beside
 // b's watcher and ends with it (ctx).
 // vramInterval spaces the /system_stats reads that refresh a backend's
 // free VRAM after its prompts end. Free VRAM breaks ties between backends
@@ -910,5 +911,6 @@ func (p *WorkflowPool) refresher(ctx context.Context, b *backend) {
 			}
 		}
 		p.fetchVRAM(ctx, b)
+		lastVRAM = time.Now() // the next prompt end's read waits its turn too
 	}
 }

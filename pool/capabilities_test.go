@@ -474,6 +474,38 @@ func TestWarmAffinityServerQueueThenVRAM(t *testing.T) {
 	})
 }
 
+// A backend's free VRAM is read when it connects and then at most once
+// per 5 s however fast its prompts end: its first prompts do not read it
+// again a moment after the connection did (one /system_stats per backend
+// per batch start, a tenth of a request per job in a batch of ten jobs a
+// backend).
+func TestVRAMReadOncePerIntervalFromTheConnection(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := startedBundle(t, []*comfytest.Options{nil}, nil)
+		stats := func() int {
+			n := 0
+			for _, r := range b.servers[0].Requests() {
+				if r.Path == "/system_stats" {
+					n++
+				}
+			}
+			return n
+		}
+		atStart := stats() // Start's probe and the connection's read
+		for i := range 3 {
+			_, err := b.pool.Run(t.Context(), zeroWF(t, i), nil)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		assert.Equal(t, atStart, stats(), "prompts that end within 5 s of the connection's read")
+		time.Sleep(5 * time.Second) // fake time: the read their ends asked for is due
+		synctest.Wait()
+		assert.Equal(t, atStart+1, stats())
+		require.NoError(t, b.pool.Stop(t.Context()))
+	})
+}
+
 func TestWarmAffinityOrder(t *testing.T) {
 	t.Parallel()
 	c := func(name string, inflight, maxIn, queue int, vram int64, pending bool) pool.Candidate {
