@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -415,7 +414,8 @@ func bgCtx() (context.Context, context.CancelFunc) {
 // in RemoteBackend.Lease through hand (1-buffered), or nil when the job
 // ends before (remote.go).
 func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
-	sl := &slot{b: b}
+	r := &attemptRun{p: p, sl: slot{b: b}, rb: b}
+	sl := &r.sl
 	defer p.free(sl) // unless finish freed it
 	if hand != nil {
 		defer func() {
@@ -464,76 +464,20 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 	js.backend = b.cfg.Name
 	js.promptID = ""
 	js.startedAt = now
-	attemptNo := len(js.attempts) + 1
+	r.attempt = len(js.attempts) + 1
 	p.mu.Unlock()
 	att := Attempt{Backend: b.cfg.Name, Started: now}
 
 	// ctx ends when Stop gives up waiting (hard stop) or b is removed.
 	ctx := b.ctx
-	// rb runs the attempt: b, or the backend of a prompt taken over.
-	rb := b
-	promptID := uuid.NewString()
-	var startedOnce, execOnce sync.Once
-	execStarted := make(chan struct{})
-	// posted is set once this runner posts its prompt to b (not a prompt
-	// taken over, nor a remote worker's): only then does the prompt's end
-	// free b's slot early (see slot).
-	var posted atomic.Bool
-	// broke is set when the prompt failed or was interrupted on the
-	// server: its workflow does not become the backend's warm one. (Atomic:
-	// a prompt followed and given up by takeOver may still deliver.)
-	var broke atomic.Bool
-	emitStarted := func(id string) {
-		startedOnce.Do(func() {
-			p.mu.Lock()
-			js.promptID = id
-			p.mu.Unlock()
-			p.events.publish(Event{Kind: EventJobStarted, JobID: js.id, Backend: rb.cfg.Name, Attempt: attemptNo, PromptID: id})
-		})
-	}
-	onMsg := func(m comfy.Message) {
-		emitStarted(promptID) // a message for the prompt means the server accepted it
-		ev := Event{JobID: js.id, Backend: rb.cfg.Name, Attempt: attemptNo, PromptID: promptID}
-		switch m := m.(type) {
-		case *comfy.Executing:
-			execOnce.Do(func() { close(execStarted) })
-			if m.Done() && posted.Load() {
-				// The server ran the prompt to its end: its queue is free
-				// for the next one while this job reads its history and
-				// outputs (see slot).
-				p.promptEnded(sl, js.hash, !broke.Load())
-			}
-			return
-		case *comfy.ExecutionError:
-			if m.ExceptionType != "ExecutionBlocked" {
-				broke.Store(true)
-			}
-			return
-		case *comfy.ExecutionInterrupted:
-			broke.Store(true)
-			return
-		case *comfy.ExecutionStart, *comfy.ExecutionCached:
-			execOnce.Do(func() { close(execStarted) })
-			return
-		case *comfy.Progress:
-			ev.Kind, ev.Progress = EventJobProgress, &ProgressEvent{Node: m.Node, Value: m.Value, Max: m.Max}
-		case *comfy.Preview:
-			ev.Kind, ev.Preview = EventJobPreview, &PreviewEvent{MIMEType: m.MIMEType, Image: m.Image}
-		case *comfy.Executed:
-			if m.Output == nil {
-				return
-			}
-			ev.Kind, ev.Output = EventJobOutput, &OutputEvent{Node: m.Node, Output: m.Output}
-		default:
-			return
-		}
-		p.events.publish(ev)
-	}
+	r.js, r.promptID, r.execStarted = js, uuid.NewString(), make(chan struct{})
+	execStarted, emitStarted, onMsg := r.execStarted, r.emitStarted, r.onMessage
 
 	// A prompt written down by a holder that died (or a Pool that gave
 	// the job back as it stopped) may still run, or have finished, on its
 	// backend: take it over rather than run the job twice.
-	followed := p.takeOver(ctx, qj, &rb, &promptID, onMsg)
+	followed := p.takeOver(ctx, qj, &r.rb, &r.promptID, onMsg)
+	rb, promptID := r.rb, r.promptID
 	att.Backend, att.PromptID = rb.cfg.Name, promptID
 	p.mu.Lock()
 	js.backend = rb.cfg.Name
@@ -552,7 +496,7 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		return
 	}
 	if followed != nil {
-		execOnce.Do(func() { close(execStarted) }) // sent long ago: no start timeout
+		r.execStart() // sent long ago: no start timeout
 		emitStarted(promptID)
 		res, err := p.watchPrompt(ctx, rb, js, qj, followed, execStarted, nil)
 		if err == nil {
@@ -568,8 +512,10 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 
 	var startC <-chan time.Time
 	submitBound := p.cfg.SubmitTimeout
-	cutCtx, cut := context.WithCancelCause(ctx)
+	// cutCtx bounds the submit by the start timeout, when there is one.
+	cutCtx, cut := ctx, context.CancelCauseFunc(func(error) {})
 	if d := js.opts.Timeouts.Start; d > 0 {
+		cutCtx, cut = context.WithCancelCause(ctx)
 		t := time.NewTimer(d)
 		defer t.Stop()
 		startC = t.C
@@ -590,7 +536,7 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		cut(nil)
 		att.PromptID = promptID
 		emitStarted(promptID) // before the hand-over: Job names the prompt as soon as Lease returns
-		rp := p.submitRemote(b, js, promptID, attemptNo, onMsg, hand)
+		rp := p.submitRemote(b, js, promptID, r.attempt, onMsg, hand)
 		defer close(rp.settled) // after the settlement below
 		res, err := p.watchPrompt(ctx, b, js, qj, rp, execStarted, startC)
 		rp.giveUp() // a report from now on is refused
@@ -605,7 +551,7 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		return
 	}
 	subCtx, subCancel := context.WithTimeout(cutCtx, submitBound)
-	posted.Store(true)
+	r.posted.Store(true)
 	extra := maps.Clone(js.opts.ExtraData)
 	if extra == nil {
 		extra = make(map[string]any, 1)
@@ -632,6 +578,85 @@ func (p *WorkflowPool) runJob(b *backend, qj *queue.Job, hand chan *RemoteJob) {
 		}
 	}
 	p.settle(ctx, js, b, qj.LeaseToken, att, err)
+}
+
+// attemptRun is the state of one runJob that its prompt's message handler
+// and its start event share: one allocation per job rather than one for
+// each variable and closure.
+type attemptRun struct {
+	p           *WorkflowPool
+	js          *jobState
+	sl          slot
+	rb          *backend // runs the attempt: the leasing backend, or that of a prompt taken over
+	promptID    string
+	attempt     int // the attempt's number
+	startedOnce sync.Once
+	execOnce    sync.Once
+	execStarted chan struct{} // closed once the server reports the prompt executing
+	// posted is set once this runner posts its prompt to its backend (not
+	// a prompt taken over, nor a remote worker's): only then does the
+	// prompt's end free the backend's slot early (see slot).
+	posted atomic.Bool
+	// broke is set when the prompt failed or was interrupted on the
+	// server: its workflow does not become the backend's warm one.
+	// (Atomic: a prompt followed and given up by takeOver may still
+	// deliver.)
+	broke atomic.Bool
+}
+
+// execStart marks the prompt executing.
+func (r *attemptRun) execStart() { r.execOnce.Do(func() { close(r.execStarted) }) }
+
+// emitStarted publishes the attempt's job:started once, naming prompt id.
+func (r *attemptRun) emitStarted(id string) {
+	r.startedOnce.Do(func() {
+		p, js := r.p, r.js
+		p.mu.Lock()
+		js.promptID = id
+		p.mu.Unlock()
+		p.events.publish(Event{Kind: EventJobStarted, JobID: js.id, Backend: r.rb.cfg.Name, Attempt: r.attempt, PromptID: id})
+	})
+}
+
+// onMessage relays the prompt's messages as the job's events.
+func (r *attemptRun) onMessage(m comfy.Message) {
+	r.emitStarted(r.promptID) // a message for the prompt means the server accepted it
+	js := r.js
+	ev := Event{JobID: js.id, Backend: r.rb.cfg.Name, Attempt: r.attempt, PromptID: r.promptID}
+	switch m := m.(type) {
+	case *comfy.Executing:
+		r.execStart()
+		if m.Done() && r.posted.Load() {
+			// The server ran the prompt to its end: its queue is free for
+			// the next one while this job reads its history and outputs
+			// (see slot).
+			r.p.promptEnded(&r.sl, js.hash, !r.broke.Load())
+		}
+		return
+	case *comfy.ExecutionError:
+		if m.ExceptionType != "ExecutionBlocked" {
+			r.broke.Store(true)
+		}
+		return
+	case *comfy.ExecutionInterrupted:
+		r.broke.Store(true)
+		return
+	case *comfy.ExecutionStart, *comfy.ExecutionCached:
+		r.execStart()
+		return
+	case *comfy.Progress:
+		ev.Kind, ev.Progress = EventJobProgress, &ProgressEvent{Node: m.Node, Value: m.Value, Max: m.Max}
+	case *comfy.Preview:
+		ev.Kind, ev.Preview = EventJobPreview, &PreviewEvent{MIMEType: m.MIMEType, Image: m.Image}
+	case *comfy.Executed:
+		if m.Output == nil {
+			return
+		}
+		ev.Kind, ev.Output = EventJobOutput, &OutputEvent{Node: m.Node, Output: m.Output}
+	default:
+		return
+	}
+	r.p.events.publish(ev)
 }
 
 // runningPrompt is a prompt watchPrompt follows: a *comfy.Prompt on a
@@ -745,7 +770,7 @@ func (p *WorkflowPool) completed(js *jobState, b *backend, token string, att Att
 		}
 	}
 	p.mu.Unlock()
-	stored, err := json.Marshal(sr)
+	stored, err := sr.marshal()
 	if err != nil {
 		p.log.Error("a result cannot be stored", "job_id", js.id, "error", err)
 	}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/comfypool/comfypool/comfy"
 	"github.com/comfypool/comfypool/failover"
 	"github.com/comfypool/comfypool/files"
+	"github.com/comfypool/comfypool/internal/jsonbytes"
 	"github.com/comfypool/comfypool/queue"
 )
 
@@ -127,6 +129,58 @@ type storedResult struct {
 	Recovered bool                    `json:"recovered,omitempty"`
 	// Stored are the outputs' copies in the Pool's file store.
 	Stored []storedFile `json:"stored,omitempty"`
+}
+
+// marshal encodes sr as encoding/json does, into the same document up to
+// the escaping of '<', '>' and '&' inside outputs, without reflection: a
+// result is written for every job. An output that is not valid JSON is an
+// error, as it is for json.Marshal.
+func (sr *storedResult) marshal() ([]byte, error) {
+	if len(sr.Stored) > 0 {
+		return json.Marshal(sr) // outputs copied to a file store: rare enough
+	}
+	b := bytes.NewBuffer(make([]byte, 0, 256))
+	str := func(s string) { b.Write(jsonbytes.AppendString(b.AvailableBuffer(), s)) }
+	b.WriteString(`{"backend":`)
+	str(sr.Backend)
+	b.WriteString(`,"prompt_id":`)
+	str(sr.PromptID)
+	if len(sr.Outputs) > 0 {
+		b.WriteString(`,"outputs":{`)
+		var nodes, kinds [8]string // no allocation for a few of each
+		for i, node := range jsonbytes.SortedKeys(nodes[:0], sr.Outputs) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			str(node)
+			b.WriteByte(':')
+			o := sr.Outputs[node]
+			if o == nil {
+				b.WriteString("null")
+				continue
+			}
+			b.WriteByte('{')
+			for j, kind := range jsonbytes.SortedKeys(kinds[:0], o) {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				str(kind)
+				b.WriteByte(':')
+				if o[kind] == nil {
+					b.WriteString("null")
+				} else if err := json.Compact(b, o[kind]); err != nil {
+					return nil, fmt.Errorf("pool: node %s's output %q: %w", node, kind, err)
+				}
+			}
+			b.WriteByte('}')
+		}
+		b.WriteByte('}')
+	}
+	if sr.Recovered {
+		b.WriteString(`,"recovered":true`)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // storedFile is one output file's copy in Config.Files.
