@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"unicode/utf8"
 
@@ -189,10 +191,21 @@ func validateOverrides(wf comfy.Workflow, ovr []Override) error {
 	return nil
 }
 
-// applyOverrides returns a copy of wf with ovr set.
+// applyOverrides returns wf with ovr set, leaving wf as it is: a copy of
+// its map of nodes whose overridden nodes have their own inputs, the
+// others' shared with wf. A job's workflow is read-only (prepareInputs
+// copies it before it names uploaded files), so only what an override
+// changes is copied: it runs for every job leased.
 func applyOverrides(wf comfy.Workflow, ovr []Override) (comfy.Workflow, error) {
-	c := wf.Clone()
+	c := maps.Clone(wf)
+	var own [4]string // nodes whose inputs c already owns
+	owned := own[:0]
 	for _, o := range ovr {
+		if n, ok := c[o.Node]; ok && !slices.Contains(owned, o.Node) {
+			n.Inputs = maps.Clone(n.Inputs)
+			c[o.Node] = n
+			owned = append(owned, o.Node)
+		}
 		if err := c.SetInput(o.Node, o.Input, o.Value); err != nil {
 			return nil, err
 		}

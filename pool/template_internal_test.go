@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/comfypool/comfypool/comfy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +106,32 @@ func FuzzReadOverrides(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, want, again, "%q", enc)
 	})
+}
+
+// Overrides apply to a job's copy alone: the template, and the workflows
+// of other jobs built from it, keep their values, and a node no override
+// names is the template's own (read-only) node.
+func TestApplyOverridesLeavesTheTemplate(t *testing.T) {
+	t.Parallel()
+	tmpl, err := comfy.ParseWorkflow([]byte(`{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"color":1}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"t"}},"3":{"class_type":"Note","inputs":null}}`))
+	require.NoError(t, err)
+	before := tmpl.Clone()
+	a, err := applyOverrides(tmpl, []Override{{Node: "1", Input: "color", Value: 2}, {Node: "1", Input: "width", Value: 16}, {Node: "3", Input: "text", Value: "hi"}})
+	require.NoError(t, err)
+	b, err := applyOverrides(tmpl, []Override{{Node: "1", Input: "color", Value: 3}, {Node: "2", Input: "filename_prefix", Value: "b"}})
+	require.NoError(t, err)
+	assert.Equal(t, before, tmpl, "the template is unchanged")
+	assert.Equal(t, 2, a["1"].Inputs["color"])
+	assert.Equal(t, 16, a["1"].Inputs["width"])
+	assert.Equal(t, "hi", a["3"].Inputs["text"])
+	assert.Equal(t, 3, b["1"].Inputs["color"])
+	assert.Equal(t, before["1"].Inputs["width"], b["1"].Inputs["width"])
+	assert.Equal(t, "b", b["2"].Inputs["filename_prefix"])
+	assert.Equal(t, "t", a["2"].Inputs["filename_prefix"])
+
+	_, err = applyOverrides(tmpl, []Override{{Node: "9", Input: "x", Value: 1}})
+	require.ErrorIs(t, err, comfy.ErrInvalidWorkflow)
+	_, err = applyOverrides(tmpl, []Override{{Node: "1", Input: "", Value: 1}})
+	require.ErrorIs(t, err, comfy.ErrInvalidWorkflow)
+	assert.Equal(t, before, tmpl)
 }
