@@ -287,3 +287,55 @@ func BenchmarkMillion(b *testing.B) {
 		_ = q.Close()
 	}
 }
+
+// BenchmarkLeaseBeginComplete measures what the pool asks of the driver
+// per job once it is queued: Lease, Begin (the attempt written down before
+// the prompt is sent) and Complete, one after another, over jobs of the
+// scale scenario with the 7 sorted needs of a small SD 1.5 template (as
+// EnqueueTemplate stores them), leased by a backend that has them, under
+// the pool's retention (memqueue's defaults: terminal records beyond
+// 10,000 are dropped as jobs complete). One op is one job; its b.N jobs
+// are queued before the timer starts. Run it with a fixed count, so that
+// runs retain alike:
+//
+//	go test -run '^$' -bench LeaseBeginComplete -benchtime 50000x -count 6 ./queue/memqueue
+func BenchmarkLeaseBeginComplete(b *testing.B) {
+	needs := []string{"class:CLIPTextEncode", "class:CheckpointLoaderSimple", "class:EmptyLatentImage",
+		"class:KSampler", "class:SaveImage", "class:VAEDecode", "value:CheckpointLoaderSimple/ckpt_name=sd15.safetensors"}
+	d, err := memqueue.New(&memqueue.Config{Capacity: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := queue.New(d)
+	defer q.Close()
+	ctx := context.Background()
+	if err := q.PutWorkflow(ctx, benchTemplate, make([]byte, 4096)); err != nil {
+		b.Fatal(err)
+	}
+	enqueueVia(b, q, b.N, "EnqueueBatch=1000", needs)
+	lp := queue.LeaseParams{
+		Backend: "gpu-1", Tags: []string{"comfypool-local-0f3a"}, Duration: time.Minute,
+		Has: queue.NewCapabilities(append([]string{"list:CheckpointLoaderSimple/ckpt_name"}, needs...)),
+	}
+	promptIDs := make([]string, 1024) // distinct, as a server's are
+	for i := range promptIDs {
+		promptIDs[i] = fmt.Sprintf("%08x-9c1e-4d2b-8f1a-5e6b7c8d9e0f", i)
+	}
+	// What the pool stores as a result: the backend, the prompt and its
+	// outputs.
+	result := []byte(`{"Backend":"gpu-1","PromptID":"00000000-9c1e-4d2b-8f1a-5e6b7c8d9e0f","Outputs":{"9":{"images":[{"filename":"ComfyUI_00001_.png","subfolder":"","type":"output"}]}}}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		j, err := q.Lease(ctx, lp)
+		if err != nil || j == nil {
+			b.Fatal(j, err)
+		}
+		if _, err := q.Begin(ctx, j.ID, j.LeaseToken, queue.BeginParams{Backend: "gpu-1", PromptID: promptIDs[i%len(promptIDs)]}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := q.Complete(ctx, j.ID, j.LeaseToken, result); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
