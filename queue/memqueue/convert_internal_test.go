@@ -2,6 +2,7 @@ package memqueue
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,33 @@ func TestEnqueuedJobOwnsItsBytes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []byte("over"), g.Overrides)
 	assert.Equal(t, []byte("pay"), g.Payload)
+}
+
+// TestJobListsOwnTheirArrays: Requires, Needs and ExcludeBackends of a
+// returned Job share one array, but appending to one never reaches the
+// next, and changing them never changes the queue.
+func TestJobListsOwnTheirArrays(t *testing.T) {
+	t.Parallel()
+	d, err := New(nil)
+	require.NoError(t, err)
+	q := queue.New(d)
+	defer q.Close()
+	ctx := t.Context()
+	_, err = q.Enqueue(ctx, queue.EnqueueParams{
+		Requires: []string{"gpu"}, Needs: []string{"class:A", "class:B"}, ExcludeBackends: []string{"bad"},
+	})
+	require.NoError(t, err)
+	j, err := q.Lease(ctx, queue.LeaseParams{Backend: "b", Tags: []string{"gpu"}, Duration: time.Minute})
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	_ = append(j.Requires, "X")
+	_ = append(j.Needs, "X")
+	assert.Equal(t, []string{"class:A", "class:B"}, j.Needs)
+	assert.Equal(t, []string{"bad"}, j.ExcludeBackends)
+	j.Needs[0] = "changed"
+	g, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gpu"}, g.Requires)
+	assert.Equal(t, []string{"class:A", "class:B"}, g.Needs)
+	assert.Equal(t, []string{"bad"}, g.ExcludeBackends)
 }

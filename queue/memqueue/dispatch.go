@@ -60,17 +60,6 @@ func bucketKey(k []byte, r *rec) []byte {
 	return append(k, r.excludes...)
 }
 
-func (q *Queue) strs(syms []uint32) []string {
-	if len(syms) == 0 {
-		return nil
-	}
-	out := make([]string, len(syms))
-	for i, s := range syms {
-		out[i] = q.syms.str(s)
-	}
-	return out
-}
-
 func (q *Queue) bucketFor(r *rec) *bucket {
 	w := q.wfs[r.workflow]
 	if w == nil {
@@ -82,19 +71,13 @@ func (q *Queue) bucketFor(r *rec) *bucket {
 	b := w.m[string(k)]
 	if b == nil {
 		b = &bucket{
-			priority: r.priority, requires: q.strs(symList(r.requires)),
-			needs: q.strs(symList(r.needs)), excludes: q.strs(symList(r.excludes)),
+			priority: r.priority,
 		}
+		b.requires, b.needs, b.excludes = q.symStrs3(r.requires, r.needs, r.excludes)
 		b.jobs.late.pos = &q.pos
 		w.m[string(k)] = b
 	}
 	return b
-}
-
-// makeQueued puts slot (state queued) in its bucket.
-func (q *Queue) makeQueued(slot uint32) {
-	r := q.load(slot)
-	q.enbucket(slot, &r)
 }
 
 // enbucket puts slot (state queued) in r's bucket; r's sections must be

@@ -308,7 +308,7 @@ func (q *Queue) tick(now int64) {
 		nw := old
 		nw.state = cQueued
 		q.write(e.slot, &old, &nw, true)
-		q.makeQueued(e.slot)
+		q.enbucket(e.slot, &nw)
 	}
 	for e, ok := q.leased.peek(); ok && e.k <= now; e, ok = q.leased.peek() {
 		q.leased.remove(e.slot)
@@ -334,7 +334,7 @@ func (q *Queue) expire(slot uint32, at int64) {
 	}
 	nw.state, nw.avail = cQueued, at
 	q.write(slot, &old, &nw, true)
-	q.makeQueued(slot)
+	q.enbucket(slot, &nw)
 }
 
 // schedule arms the timer for the next retry or lease expiry.
@@ -429,11 +429,14 @@ func (q *Queue) load(slot uint32) rec { return decode(q.rec(slot)) }
 // write replaces slot's record old with nw, whose version it sets to
 // old's plus one: it moves symbol references and the state index for what
 // changed, stores the encoding (in place when it has the same length) and
-// publishes a change unless quiet. Afterwards only nw's header fields are
-// valid: the sections of old and nw may alias bytes overwritten in place.
+// publishes a change when publish is set. Afterwards nw is the stored
+// record, its sections aliasing the store (as load would return it), while
+// old's sections may alias bytes overwritten in place.
 func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 	nw.version = old.version + 1
-	q.buf = nw.encode(q.buf[:0])
+	q.buf = nw.encodeHead(q.buf[:0])
+	secs := len(q.buf)
+	q.buf = nw.encodeSections(q.buf)
 	q.moveRefs(old, nw)
 	if old.state != nw.state {
 		q.counts[old.state]--
@@ -442,6 +445,7 @@ func (q *Queue) write(slot uint32, old, nw *rec, publish bool) {
 		q.byState[nw.state].add(nw.seq)
 	}
 	q.recs.set(slot, q.buf)
+	nw.decodeSections(&reader{b: q.rec(slot), i: secs})
 	if publish {
 		q.publish(slot, nw)
 	}
@@ -895,7 +899,7 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	nw.leasedAt, nw.expires = now, now+int64(p.Duration)
 	q.write(slot, &old, &nw, true)
 	q.leased.push(hent{k: nw.expires, slot: slot})
-	return q.toJob(slot), nil
+	return q.jobOf(slot, &nw, known{}), nil
 }
 
 // find returns the job's slot, or an error wrapping queue.ErrNotFound.
@@ -939,7 +943,7 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 	nw.expires = now + int64(d)
 	q.write(slot, &old, &nw, false)
 	q.leased.fix(slot, nw.expires)
-	return q.toJob(slot), nil
+	return q.jobOf(slot, &nw, known{id: id, token: token}), nil
 }
 
 // Begin implements [queue.Driver].
@@ -964,7 +968,7 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParam
 	nw.attempts = q.section(func(b []byte) []byte { return a.encode(append(b, prev...), nw.enq) })
 	nw.nAtt++
 	q.write(slot, &old, &nw, true)
-	return q.toJob(slot), nil
+	return q.jobOf(slot, &nw, known{id: id, token: token, promptID: p.PromptID}), nil
 }
 
 // Complete implements [queue.Driver].
@@ -986,7 +990,7 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 	nw.result = result
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(slot)
+	j := q.jobOf(slot, &nw, known{id: id})
 	q.prune(now)
 	return j, nil
 }
@@ -1022,7 +1026,7 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		nw.errsec = q.errSection(p.Error)
 		q.write(slot, &old, &nw, true)
 		q.finished(slot, &nw, now)
-		j := q.toJob(slot)
+		j := q.jobOf(slot, &nw, known{id: id})
 		q.prune(now)
 		return j, nil
 	case p.RetryAfter > 0:
@@ -1032,9 +1036,9 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 	default:
 		nw.state, nw.avail = cQueued, now
 		q.write(slot, &old, &nw, true)
-		q.makeQueued(slot)
+		q.enbucket(slot, &nw)
 	}
-	return q.toJob(slot), nil
+	return q.jobOf(slot, &nw, known{id: id}), nil
 }
 
 // setNeeds replaces r's Needs when needs is not nil.
@@ -1061,8 +1065,8 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 	q.setNeeds(&nw, p.Needs)
 	nw.state, nw.avail, nw.hasToken, nw.expires = cQueued, now, false, 0
 	q.write(slot, &old, &nw, true)
-	q.makeQueued(slot)
-	return q.toJob(slot), nil
+	q.enbucket(slot, &nw)
+	return q.jobOf(slot, &nw, known{id: id}), nil
 }
 
 // Cancel implements [queue.Driver].
@@ -1099,7 +1103,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 	nw.errsec = q.errSection(p.Error)
 	q.write(slot, &old, &nw, true)
 	q.finished(slot, &nw, now)
-	j := q.toJob(slot)
+	j := q.jobOf(slot, &nw, known{id: id})
 	q.prune(now)
 	q.signalReady()
 	return j, nil
@@ -1131,8 +1135,8 @@ func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
 	nw.unsettled = false
 	q.write(slot, &old, &nw, true)
 	q.active++
-	q.makeQueued(slot)
-	return q.toJob(slot), nil
+	q.enbucket(slot, &nw)
+	return q.jobOf(slot, &nw, known{id: id}), nil
 }
 
 // Get implements [queue.Driver].
@@ -1146,7 +1150,8 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return q.toJob(slot), nil
+	r := q.load(slot)
+	return q.jobOf(slot, &r, known{id: id}), nil
 }
 
 // Stats implements [queue.Driver].

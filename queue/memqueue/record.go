@@ -154,6 +154,12 @@ func putString(b []byte, s string) []byte {
 
 // encode appends r's encoding to b.
 func (r *rec) encode(b []byte) []byte {
+	return r.encodeSections(r.encodeHead(b))
+}
+
+// encodeHead appends the encoding of r's header (all but the sections) to
+// b.
+func (r *rec) encodeHead(b []byte) []byte {
 	head := r.state
 	if r.hasToken {
 		head |= flagToken
@@ -193,6 +199,12 @@ func (r *rec) encode(b []byte) []byte {
 	if r.hasToken {
 		b = append(b, r.token[:]...)
 	}
+	return b
+}
+
+// encodeSections appends the encoding of r's sections (the section mask,
+// then each section that is not empty) to b.
+func (r *rec) encodeSections(b []byte) []byte {
 	secs := r.sections()
 	var mask uint64
 	for i, s := range secs {
@@ -273,13 +285,21 @@ func (d *reader) done() bool { return d.i >= len(d.b) }
 // decode decodes a record; its sections alias b.
 func decode(b []byte) rec {
 	r, d := decodeHead(b)
+	r.decodeSections(&d)
+	return r
+}
+
+// decodeSections sets r's sections from d, which is at the section mask;
+// they alias d's bytes.
+func (r *rec) decodeSections(d *reader) {
 	mask := d.uvarint()
 	for i, s := range r.sections() {
 		if mask&(1<<i) != 0 {
 			*s = d.bytes()
+		} else {
+			*s = nil
 		}
 	}
-	return r
 }
 
 // decodeHead decodes a record's header (all but the sections, which it

@@ -31,14 +31,14 @@ func (q *Queue) Settle(ctx context.Context, id string) (*queue.Job, error) {
 	}
 	old := q.load(slot)
 	if !old.unsettled {
-		return q.toJob(slot), nil
+		return q.jobOf(slot, &old, known{id: id}), nil
 	}
 	q.unsettle(slot)
 	nw := old
 	nw.unsettled = false
 	q.write(slot, &old, &nw, false)
 	q.retain(retainedEnt{finished: nw.finished, seq: nw.seq, slot: slot})
-	j := q.toJob(slot)
+	j := q.jobOf(slot, &nw, known{id: id})
 	q.prune(now) // the record may be due already
 	return j, nil
 }
