@@ -12,7 +12,7 @@ import (
 // toJob decodes slot's record into a fresh queue.Job: the only way a
 // record leaves the Queue (see jobOf).
 func (q *Queue) toJob(slot uint32) *queue.Job {
-	r := decode(q.rec(slot))
+	r := q.load(slot)
 	return q.jobOf(slot, &r, known{})
 }
 

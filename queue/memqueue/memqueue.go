@@ -424,7 +424,10 @@ func parseID(s string) ([16]byte, bool) {
 // rec returns slot's encoded record (nil when the slot is free).
 func (q *Queue) rec(slot uint32) []byte { return q.recs.get(slot) }
 
-func (q *Queue) load(slot uint32) rec { return decode(q.rec(slot)) }
+func (q *Queue) load(slot uint32) (r rec) {
+	r.decode(q.rec(slot))
+	return r
+}
 
 // write replaces slot's record old with nw, whose version it sets to
 // old's plus one: it moves symbol references and the state index for what
@@ -913,19 +916,20 @@ func (q *Queue) find(id string) (uint32, error) {
 	return 0, fmt.Errorf("%w: %s", queue.ErrNotFound, id)
 }
 
-// holder returns the slot and record leased under token.
-func (q *Queue) holder(id, token string) (uint32, rec, error) {
+// holder returns the slot of the job leased under token, and sets r to its
+// record.
+func (q *Queue) holder(id, token string, r *rec) (uint32, error) {
 	slot, err := q.find(id)
 	if err != nil {
-		return 0, rec{}, err
+		return 0, err
 	}
-	r := q.load(slot)
+	r.decode(q.rec(slot))
 	t, ok := parseID(token)
 	if r.state != cLeased || !r.hasToken || !ok || t != r.token {
-		return 0, rec{}, fmt.Errorf("%w: job %s is %s", queue.ErrLeaseLost, id, stateCodes[r.state])
+		return 0, fmt.Errorf("%w: job %s is %s", queue.ErrLeaseLost, id, stateCodes[r.state])
 	}
 	q.arena = q.arena[:0]
-	return slot, r, nil
+	return slot, nil
 }
 
 // Extend implements [queue.Driver].
@@ -935,7 +939,8 @@ func (q *Queue) Extend(ctx context.Context, id, token string, d time.Duration) (
 		return nil, err
 	}
 	defer q.end(now)
-	slot, old, err := q.holder(id, token)
+	var old rec
+	slot, err := q.holder(id, token, &old)
 	if err != nil {
 		return nil, err
 	}
@@ -953,7 +958,8 @@ func (q *Queue) Begin(ctx context.Context, id, token string, p *queue.BeginParam
 		return nil, err
 	}
 	defer q.end(now)
-	slot, old, err := q.holder(id, token)
+	var old rec
+	slot, err := q.holder(id, token, &old)
 	if err != nil {
 		return nil, err
 	}
@@ -978,7 +984,8 @@ func (q *Queue) Complete(ctx context.Context, id, token string, result []byte) (
 		return nil, err
 	}
 	defer q.end(now)
-	slot, old, err := q.holder(id, token)
+	var old rec
+	slot, err := q.holder(id, token, &old)
 	if err != nil {
 		return nil, err
 	}
@@ -1002,7 +1009,8 @@ func (q *Queue) Fail(ctx context.Context, id, token string, p *queue.FailParams)
 		return nil, err
 	}
 	defer q.end(now)
-	slot, old, err := q.holder(id, token)
+	var old rec
+	slot, err := q.holder(id, token, &old)
 	if err != nil {
 		return nil, err
 	}
@@ -1055,7 +1063,8 @@ func (q *Queue) Requeue(ctx context.Context, id, token string, p *queue.RequeueP
 		return nil, err
 	}
 	defer q.end(now)
-	slot, old, err := q.holder(id, token)
+	var old rec
+	slot, err := q.holder(id, token, &old)
 	if err != nil {
 		return nil, err
 	}

@@ -284,9 +284,17 @@ func (d *reader) done() bool { return d.i >= len(d.b) }
 
 // decode decodes a record; its sections alias b.
 func decode(b []byte) rec {
-	r, d := decodeHead(b)
-	r.decodeSections(&d)
+	var r rec
+	r.decode(b)
 	return r
+}
+
+// decode sets r to the record b; its sections alias b. (A rec is a few
+// hundred bytes: decoding in place, not returning one, saves copying it
+// from callee to caller, which cost as much as the decoding.)
+func (r *rec) decode(b []byte) {
+	d := r.decodeHead(b)
+	r.decodeSections(&d)
 }
 
 // decodeSections sets r's sections from d, which is at the section mask;
@@ -305,10 +313,18 @@ func (r *rec) decodeSections(d *reader) {
 // decodeHead decodes a record's header (all but the sections, which it
 // leaves nil) and returns a reader at the section mask.
 func decodeHead(b []byte) (rec, reader) {
+	var r rec
+	d := r.decodeHead(b)
+	return r, d
+}
+
+// decodeHead sets r to the header of the record b (its sections nil) and
+// returns a reader at the section mask.
+func (r *rec) decodeHead(b []byte) reader {
 	if len(b) < recHeadMin {
 		panic("memqueue: corrupt record")
 	}
-	var r rec
+	*r = rec{}
 	head := b[0]
 	r.state = head & stateMask
 	r.enq = recEnq(b)
@@ -340,7 +356,7 @@ func decodeHead(b []byte) (rec, reader) {
 		copy(r.token[:], d.fixed(16))
 		r.hasToken = true
 	}
-	return r, d
+	return d
 }
 
 // recLen returns the length of the record b starts with.
