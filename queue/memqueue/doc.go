@@ -16,17 +16,21 @@
 // # Records only in encoded form
 //
 // A job record is kept only as bytes, the way a database row is: every
-// call decodes a fresh [queue.Job], so no Go value is shared between the
-// users of one Queue (two pools on one Queue see each other's writes only
-// through the encoding, as two processes on one database would). The
-// encoding (see record.go) is a compact binary form: integers and times as
-// varints (times relative to the enqueue time, those that are zero left
-// out), opaque bytes inline, and the strings that repeat across jobs
-// (workflow hash and key, backend names, tags, needs, metadata keys, error
-// classes) as numbers in a reference-counted symbol table, as a database
-// would keep a lookup table. A queued job over a stored template with no
-// metadata takes 21 bytes of record plus its overrides and payload (and a
-// length byte for each).
+// call decodes a fresh [queue.Job], so no mutable Go value is shared
+// between the users of one Queue (two pools on one Queue see each other's
+// writes only through the encoding, as two processes on one database
+// would); only strings, which cannot change, are: a Job's workflow,
+// backend names and list entries are the symbol table's, and the ID,
+// lease token and prompt ID a call was given are returned as given when
+// in the form the Queue writes. The encoding (see record.go) is a compact
+// binary form: integers and times as varints (times relative to the
+// enqueue time, those that are zero left out), opaque bytes inline, and
+// the strings that repeat across jobs (workflow hash and key, backend
+// names, tags, needs, metadata keys, error classes) as numbers in a
+// reference-counted symbol table, as a database would keep a lookup
+// table. A queued job over a stored template with no metadata takes 21
+// bytes of record plus its overrides and payload (and a length byte for
+// each).
 //
 // Records are packed end to end in blocks of up to 64 KiB, found by an
 // integer per job that the garbage collector does not scan (see store.go):

@@ -9,9 +9,10 @@ import (
 )
 
 // A job record is stored only in this encoded form, the way a database row
-// would be: every read decodes a fresh queue.Job, so nothing is shared
-// between the callers (two pools on one Queue see each other's writes only
-// through the encoding). Layout:
+// would be: every read decodes a fresh queue.Job, so nothing mutable is
+// shared between the callers (two pools on one Queue see each other's
+// writes only through the encoding; see jobOf for the strings that are
+// shared). Layout:
 //
 //	[0]      state code (bits 0-2, see stateCodes) and flags (bits 3-7,
 //	         see flagToken and the flags of the optional times)
