@@ -229,17 +229,18 @@ type reader struct {
 	i int
 }
 
+// uvarint reads a uvarint; small enough to be inlined (a corrupt record
+// panics with an index out of range).
 func (d *reader) uvarint() uint64 {
-	if d.i < len(d.b) && d.b[d.i] < 0x80 { // most are one byte
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := d.b[d.i]
 		d.i++
-		return uint64(d.b[d.i-1])
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v
+		}
 	}
-	v, n := binary.Uvarint(d.b[d.i:])
-	if n <= 0 {
-		panic("memqueue: corrupt record")
-	}
-	d.i += n
-	return v
 }
 
 func (d *reader) varint() int64 {
