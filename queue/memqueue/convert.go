@@ -12,7 +12,8 @@ import (
 // toJob decodes slot's record into a fresh queue.Job: the only way a
 // record leaves the Queue (see jobOf).
 func (q *Queue) toJob(slot uint32) *queue.Job {
-	r := q.load(slot)
+	var r rec
+	q.load(slot, &r)
 	return q.jobOf(slot, &r, known{})
 }
 

@@ -304,7 +304,8 @@ func (q *Queue) tick(now int64) {
 	q.arena = q.arena[:0]
 	for e, ok := q.delayed.peek(); ok && e.k <= now; e, ok = q.delayed.peek() {
 		q.delayed.remove(e.slot)
-		old := q.load(e.slot)
+		var old rec
+		q.load(e.slot, &old)
 		nw := old
 		nw.state = cQueued
 		q.write(e.slot, &old, &nw, true)
@@ -320,7 +321,8 @@ func (q *Queue) tick(now int64) {
 
 // expire voids slot's lease, which expired at at: the attempt counts.
 func (q *Queue) expire(slot uint32, at int64) {
-	old := q.load(slot)
+	var old rec
+	q.load(slot, &old)
 	nw := old
 	why := queue.ErrorSummary{Class: queue.ClassLeaseExpired, Message: "queue: lease expired"}
 	q.closeAttempt(&nw, at, why.Class, why, true, true)
@@ -424,10 +426,8 @@ func parseID(s string) ([16]byte, bool) {
 // rec returns slot's encoded record (nil when the slot is free).
 func (q *Queue) rec(slot uint32) []byte { return q.recs.get(slot) }
 
-func (q *Queue) load(slot uint32) (r rec) {
-	r.decode(q.rec(slot))
-	return r
-}
+// load sets r to slot's record.
+func (q *Queue) load(slot uint32, r *rec) { r.decode(q.rec(slot)) }
 
 // write replaces slot's record old with nw, whose version it sets to
 // old's plus one: it moves symbol references and the state index for what
@@ -656,7 +656,8 @@ func backendsOf(r *rec, out []uint32) []uint32 {
 
 // drop deletes a terminal record (out of every heap) and its indexes.
 func (q *Queue) drop(slot uint32) {
-	r := q.load(slot)
+	var r rec
+	q.load(slot, &r)
 	q.counts[r.state]--
 	q.all.remove(r.seq)
 	q.byState[r.state].remove(r.seq)
@@ -884,7 +885,8 @@ func (q *Queue) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, er
 	if !ok {
 		return nil, nil
 	}
-	old := q.load(slot)
+	var old rec
+	q.load(slot, &old)
 	q.unqueue(slot, &old)
 	q.arena = q.arena[:0]
 	nw := old
@@ -1089,7 +1091,8 @@ func (q *Queue) Cancel(ctx context.Context, id string, p *queue.CancelParams) (*
 	if err != nil {
 		return nil, err
 	}
-	old := q.load(slot)
+	var old rec
+	q.load(slot, &old)
 	q.arena = q.arena[:0]
 	nw := old
 	switch old.state {
@@ -1129,7 +1132,8 @@ func (q *Queue) Retry(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	old := q.load(slot)
+	var old rec
+	q.load(slot, &old)
 	if old.state != cDead && old.state != cCancelled {
 		return nil, fmt.Errorf("%w: cannot retry job %s: it is %s", queue.ErrInvalidState, id, stateCodes[old.state])
 	}
@@ -1159,7 +1163,8 @@ func (q *Queue) Get(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := q.load(slot)
+	var r rec
+	q.load(slot, &r)
 	return q.jobOf(slot, &r, known{id: id}), nil
 }
 
@@ -1191,7 +1196,7 @@ func (q *Queue) Stats(ctx context.Context) (*queue.Stats, error) {
 	}
 	if oldest != 0 {
 		slot, _ := q.seqs.get(oldest)
-		s.OldestQueuedAge = time.Duration(now - q.load(slot).enq)
+		s.OldestQueuedAge = time.Duration(now - recEnq(q.rec(slot)))
 	}
 	return s, nil
 }

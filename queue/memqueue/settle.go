@@ -29,7 +29,8 @@ func (q *Queue) Settle(ctx context.Context, id string) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	old := q.load(slot)
+	var old rec
+	q.load(slot, &old)
 	if !old.unsettled {
 		return q.jobOf(slot, &old, known{id: id}), nil
 	}
