@@ -174,7 +174,8 @@ func (q *Queue) match(f *listFilter, x uint64) (uint32, bool) {
 		if !terminal(recState(b)) {
 			return 0, false
 		}
-		h, _ := decodeHead(b)
+		var h rec
+		h.decodeHead(b)
 		fin := h.finished
 		if f.finLo != 0 && fin < f.finLo || f.finHi != 0 && fin >= f.finHi {
 			return 0, false

@@ -713,7 +713,8 @@ func (q *Queue) retainedValid(e retainedEnt) bool {
 	if b == nil || !terminal(recState(b)) {
 		return false
 	}
-	r, _ := decodeHead(b)
+	var r rec
+	r.decodeHead(b)
 	return r.seq == e.seq && r.finished == e.finished && !r.unsettled
 }
 

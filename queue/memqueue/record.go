@@ -312,14 +312,6 @@ func (r *rec) decodeSections(d *reader) {
 	}
 }
 
-// decodeHead decodes a record's header (all but the sections, which it
-// leaves nil) and returns a reader at the section mask.
-func decodeHead(b []byte) (rec, reader) {
-	var r rec
-	d := r.decodeHead(b)
-	return r, d
-}
-
 // decodeHead sets r to the header of the record b (its sections nil) and
 // returns a reader at the section mask.
 func (r *rec) decodeHead(b []byte) reader {
@@ -363,7 +355,8 @@ func (r *rec) decodeHead(b []byte) reader {
 
 // recLen returns the length of the record b starts with.
 func recLen(b []byte) int {
-	_, d := decodeHead(b)
+	var r rec
+	d := r.decodeHead(b)
 	mask := d.uvarint()
 	for i := range nSections {
 		if mask&(1<<i) != 0 {

@@ -54,7 +54,8 @@ func (q *Queue) ClaimUnsettled(ctx context.Context, finishedBefore time.Time, cl
 	defer q.end(now)
 	for e, ok := q.claimed.peek(); ok && e.k <= now; e, ok = q.claimed.peek() {
 		q.claimed.remove(e.slot)
-		r, _ := decodeHead(q.rec(e.slot))
+		var r rec
+		r.decodeHead(q.rec(e.slot))
 		q.unsettled.push(hent{k: r.finished, slot: e.slot})
 	}
 	before := nanos(finishedBefore)
