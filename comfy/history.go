@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 )
 
@@ -102,61 +101,7 @@ func (e *HistoryEntry) Files() []FileRef {
 	}
 	var out []FileRef
 	for _, id := range sortedKeys(e.Outputs) {
-		out = append(out, e.Outputs[id].Files()...)
-	}
-	return out
-}
-
-// Files returns the file records in the output: every item of every kind's
-// list that is an object with a string "filename", kinds sorted by name.
-// Items that are not file records (the "animated" bools, "text" strings)
-// are skipped.
-func (o Output) Files() []FileRef {
-	kinds := make([]string, 0, len(o))
-	for k := range o {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var out []FileRef
-	for _, k := range kinds {
-		for _, f := range fileRecords(o[k]) {
-			if f.Filename == nil {
-				continue
-			}
-			sub, _ := f.Subfolder.(string)
-			typ, _ := f.Type.(string)
-			out = append(out, FileRef{Filename: *f.Filename, Subfolder: sub, Type: typ})
-		}
-	}
-	return out
-}
-
-// fileRecord is an item of an output kind's list, as a file record.
-type fileRecord struct {
-	Filename  *string `json:"filename"`
-	Subfolder any     `json:"subfolder"`
-	Type      any     `json:"type"`
-}
-
-// fileRecords decodes an output kind's list: every item that decodes as a
-// fileRecord, in list order; nil when the kind is not a list. A list of
-// file records only is decoded in one piece, another item by item, those
-// that fail skipped.
-func fileRecords(kind json.RawMessage) []fileRecord {
-	var all []fileRecord
-	if json.Unmarshal(kind, &all) == nil {
-		return all
-	}
-	var items []json.RawMessage
-	if json.Unmarshal(kind, &items) != nil {
-		return nil
-	}
-	var out []fileRecord
-	for _, it := range items {
-		var f fileRecord
-		if json.Unmarshal(it, &f) == nil {
-			out = append(out, f)
-		}
+		out = e.Outputs[id].appendFiles(out)
 	}
 	return out
 }

@@ -90,7 +90,7 @@ func (r *Result) Files() []FileRef {
 	}
 	var out []FileRef
 	for _, id := range slices.Sorted(maps.Keys(r.Outputs)) {
-		out = append(out, r.Outputs[id].Files()...)
+		out = r.Outputs[id].appendFiles(out)
 	}
 	return out
 }
