@@ -82,14 +82,14 @@ type Result struct {
 	DroppedMessages int
 }
 
-// Files returns the file records of every output, ordered by node id. It
-// returns nil for a nil Result.
+// Files returns the file records of every output, ordered by node id
+// (numerically: "9" before "10"). It returns nil for a nil Result.
 func (r *Result) Files() []FileRef {
 	if r == nil {
 		return nil
 	}
 	var out []FileRef
-	for _, id := range slices.Sorted(maps.Keys(r.Outputs)) {
+	for _, id := range sortedKeys(r.Outputs) { // "9" before "10", as HistoryEntry.Files
 		out = r.Outputs[id].appendFiles(out)
 	}
 	return out
