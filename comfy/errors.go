@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/comfypool/comfypool/internal/models"
@@ -328,44 +329,7 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
+// sortedKeys returns m's keys, node ids, in CompareNodeIDs order.
 func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return nodeIDLess(keys[i], keys[j]) })
-	return keys
-}
-
-// nodeIDLess orders node ids numerically when both are integers ("2" <
-// "10"), otherwise as strings, numbers first.
-func nodeIDLess(a, b string) bool {
-	ai, aok := atoiStrict(a)
-	bi, bok := atoiStrict(b)
-	switch {
-	case aok && bok:
-		if ai != bi {
-			return ai < bi
-		}
-		return a < b
-	case aok:
-		return true
-	case bok:
-		return false
-	}
-	return a < b
-}
-
-func atoiStrict(s string) (int, bool) {
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n, true
+	return slices.SortedFunc(maps.Keys(m), CompareNodeIDs)
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/comfypool/comfypool/internal/jsonbytes"
 )
@@ -512,18 +513,37 @@ func truncBytes(b []byte, n int) []byte {
 }
 
 // CompareNodeIDs orders node ids (or other names) for display and
-// output: numeric ids numerically ("2" before "10"), before the others,
-// which are in string order. It suits slices.SortFunc.
+// output: ids of decimal digits numerically, by value ("2" before "10",
+// whatever their length), before the others, which are in string order;
+// ids of equal value ("7", "07") in string order. It is a total order,
+// so a sort by it does not depend on the input's order, and it suits
+// slices.SortFunc. Every list of a workflow's nodes or outputs that
+// comfy and the pool return is in this order.
 func CompareNodeIDs(a, b string) int {
-	x, errA := strconv.Atoi(a)
-	y, errB := strconv.Atoi(b)
+	da, db := digits(a), digits(b)
 	switch {
-	case errA == nil && errB == nil:
-		return cmp.Compare(x, y)
-	case errA == nil:
+	case da && db:
+		x, y := strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+		if c := cmp.Compare(len(x), len(y)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x, y); c != 0 {
+			return c
+		}
+	case da:
 		return -1
-	case errB == nil:
+	case db:
 		return 1
 	}
 	return cmp.Compare(a, b)
+}
+
+// digits reports whether s is a non-empty run of ASCII decimal digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

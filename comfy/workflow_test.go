@@ -2,6 +2,7 @@ package comfy_test
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -122,4 +123,14 @@ func TestCompareNodeIDs(t *testing.T) {
 	ids := []string{"b", "10", "a", "2", "10:3", "1"}
 	slices.SortFunc(ids, comfy.CompareNodeIDs)
 	assert.Equal(t, []string{"1", "2", "10", "10:3", "a", "b"}, ids)
+
+	// A total order: ids of equal value, signs and ids longer than any
+	// integer sort the same way whatever the input's order.
+	want := []string{"007", "07", "7", "9", "12", "100000000000000000000", "+3", "-1", "10:3", "a"}
+	for range 20 {
+		ids := slices.Clone(want)
+		rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		slices.SortFunc(ids, comfy.CompareNodeIDs)
+		require.Equal(t, want, ids)
+	}
 }
