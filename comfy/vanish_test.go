@@ -180,23 +180,32 @@ func TestPendingPromptSurvivesQueueChanges(t *testing.T) {
 // TestOwnPromptEndIsNoQueueChange: the queue shrinks at every end of a
 // prompt, and the server says which prompt ended (execution_success,
 // execution_error, execution_interrupted) before its status broadcast. A
-// shrink so explained asks nothing of the server: a client that keeps
-// two prompts in the server's queue, as a pool with two in flight does,
-// sends no GET /queue (it used to send one per prompt). On a server that
-// announces ends only after the broadcast (before execution_success), the
-// shrink is checked as before.
+// shrink so explained asks nothing of the server: a client with prompts
+// waiting in the server's queue sends no GET /queue (it used to send one
+// per prompt). On a server that announces ends only after the broadcast
+// (before execution_success), the shrink is checked as before.
+//
+// Every prompt runs for a second of fake time, so that the shrinks find
+// prompts of ours waiting: the twelve are all accepted before the first
+// ends (fake time stands still while the test goroutine submits), and
+// when one ends, those after the next one cannot start before fake time
+// moves again, which waits for the health loop to have looked at the
+// shrink. With prompts that take no time the server can keep pace with
+// the submissions, and no shrink would find a prompt of ours waiting.
 func TestOwnPromptEndIsNoQueueChange(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoExecutionSuccess=%v", old), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				boom := comfytest.NodeBehavior{
+				nodes := withNode("FakeSampler", func(b *comfytest.NodeBehavior) { b.Duration = time.Second })
+				nodes["Boom"] = comfytest.NodeBehavior{
 					Inputs:     []comfytest.InputSpec{{Name: "seed", Type: "INT", Required: true}},
 					OutputNode: true,
+					Duration:   time.Second,
 					Fail:       &comfytest.Failure{ExceptionType: "RuntimeError", ExceptionMessage: "boom"},
 				}
 				srv := inMemory(t, &comfytest.Options{
 					Dialect: comfytest.Dialect{NoExecutionSuccess: old},
-					Nodes:   map[string]comfytest.NodeBehavior{"Boom": boom},
+					Nodes:   nodes,
 				})
 				c := runClient(t, srv, nil)
 				var prompts []*comfy.Prompt
