@@ -11,11 +11,17 @@ import (
 )
 
 // leaseCounter is a memqueue that counts its Lease calls, and those that
-// found a job. Embedding the concrete queue keeps its optional
-// interfaces (Notifier and the rest).
+// found a job, and its Get calls (the Pool reads the jobs it holds again
+// after its change feed overflowed). Embedding the concrete queue keeps
+// its optional interfaces (Notifier and the rest).
 type leaseCounter struct {
 	*memqueue.Queue
-	calls, leased atomic.Int64
+	calls, leased, gets atomic.Int64
+}
+
+func (c *leaseCounter) Get(ctx context.Context, id string) (*queue.Job, error) {
+	c.gets.Add(1)
+	return c.Queue.Get(ctx, id)
 }
 
 func (c *leaseCounter) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.Job, error) {
@@ -32,7 +38,8 @@ func (c *leaseCounter) Lease(ctx context.Context, p *queue.LeaseParams) (*queue.
 // -cpuprofile): one op is one job, the fleet's setup and the pool's start
 // included but amortised over b.N jobs (run with -benchtime=2000x or
 // more). It reports the CPU per job as the scenario measures it
-// (cpu-ns/op), its throughput, and for the pool the Lease calls per job.
+// (cpu-ns/op), its throughput, and for the pool the Lease and Get calls
+// per job.
 func BenchmarkThroughputSide(b *testing.B) {
 	for _, k := range []int{1, 4, 16, 64} {
 		for _, side := range []string{"pool", "bare"} {
@@ -64,6 +71,7 @@ func BenchmarkThroughputSide(b *testing.B) {
 				if counter != nil {
 					b.ReportMetric(float64(counter.calls.Load())/float64(b.N), "leases/op")
 					b.ReportMetric(float64(counter.calls.Load()-counter.leased.Load())/float64(b.N), "futile-leases/op")
+					b.ReportMetric(float64(counter.gets.Load())/float64(b.N), "gets/op")
 				}
 			})
 		}

@@ -88,13 +88,24 @@ func (f *followers) any() bool {
 // no change feed (queue.Watcher).
 const feedPoll = time.Second
 
+// feedBuffer is the buffer of the Pool's subscription to the queue's
+// change feed. A feed that overflows delivers a gap, after which the Pool
+// reads every job it holds again (checkHeld): one Get per running job.
+// The queue's default (64) overflowed at every burst of enqueues (each one
+// a change) and whenever the feed's reader waited a few milliseconds for
+// a CPU on a busy host, and each gap's reads made the next one likelier:
+// 3,000 zero-length jobs on 300 backends cost 22,000 Gets, 7 per job. A
+// Change is about 40 bytes: 160 KB absorb a burst of 4,096 enqueues, or
+// most of a second of the changes of a few thousand jobs a second.
+const feedBuffer = 4096
+
 // feedLoop follows the queue's change feed until Stop: it wakes the
 // readers of each changed job, tells this Pool's runners of a job
 // cancelled by another process, and wakes the dispatcher for a job that
 // became leasable (Pools sharing one driver share its Ready channel, which
 // wakes only one of them). Without a feed it polls.
 func (p *WorkflowPool) feedLoop() {
-	changes, unsub, err := p.q.Subscribe(p.hardCtx, 0)
+	changes, unsub, err := p.q.Subscribe(p.hardCtx, feedBuffer)
 	if err != nil {
 		if !errors.Is(err, errors.ErrUnsupported) {
 			p.log.Warn("queue change feed unavailable; polling", "error", err)
