@@ -162,9 +162,16 @@ func (s *session) acceptFollowed(p *Prompt, number float64, started bool) {
 	ended := p.isEnded
 	p.mu.Unlock()
 	close(p.posted)
-	if !ended && p.clientID != s.clientID {
+	switch {
+	case ended:
+	case p.clientID != s.clientID:
 		// The socket reconnected during the lookups: the follow loop
 		// polls the prompts of earlier connections.
 		s.wakeFollow()
+	case p.shrinks != s.shrinks:
+		// The queue shrank during the lookups, and the check that asked
+		// for could not see p: someone may have deleted it since /queue
+		// listed it.
+		s.askQueueCheckLocked()
 	}
 }

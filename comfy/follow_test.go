@@ -516,3 +516,42 @@ func TestFollowStartedThenLost(t *testing.T) {
 		assert.NotErrorIs(t, err, comfy.ErrPromptRemoved)
 	})
 }
+
+// Someone deletes the followed prompt from the queue after /queue listed
+// it as pending and before Follow made it visible to the checks (the
+// /queue answer is held): the shrink's check could not see it, so it is
+// asked again when Follow accepts the prompt, which ends with
+// ErrPromptRemoved at once (with the health check disabled, nothing else
+// would ever look at it).
+func TestFollowRemovedAfterQueueLookup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, nil)
+		srv.HangPrompts(true)
+		follower := runClient(t, srv, onlyQueueShrink)
+		running := postAs(t, follower, samplerWF(t, 915, 2), deadHolder)
+		id := postAs(t, follower, samplerWF(t, 916, 2), deadHolder)
+		synctest.Wait() // one running, hung; ours pending
+
+		const hold = 5 * time.Second
+		srv.DelayNextAnswers("/queue", 1, hold)
+		var (
+			f   *comfy.Prompt
+			err error
+		)
+		var wg sync.WaitGroup
+		wg.Go(func() { f, err = follower.Follow(t.Context(), id, nil) })
+		synctest.Wait() // the held answer (pending) is computed
+
+		other := runClient(t, srv, nil)
+		removed := time.Now()
+		require.NoError(t, other.DeleteQueued(t.Context(), id))
+		synctest.Wait() // the shrink was broadcast and seen
+		wg.Wait()
+		require.NoError(t, err)
+		_, err = f.Wait(waitCtx(t))
+		require.ErrorIs(t, err, comfy.ErrPromptRemoved)
+		assert.LessOrEqual(t, time.Since(removed), hold+2*time.Second)
+
+		require.NoError(t, other.Interrupt(t.Context(), running))
+	})
+}

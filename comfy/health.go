@@ -166,7 +166,9 @@ func (p *Prompt) settling() bool {
 //     _interrupted: a prompt that ended explains its own shrink), the
 //     prompts that have not started are checked at once, so one deleted
 //     from the queue by someone else ends (ErrPromptRemoved) without
-//     waiting for its silence.
+//     waiting for its silence. A prompt whose POST /prompt answer (or
+//     Follow's lookup) was still awaited at a shrink is not in flight
+//     yet, so that check skips it: accepting it asks for the check again.
 //
 // A prompt attached by Follow hears nothing on this socket, however it
 // goes (the server sends its messages to the socket that submitted it): a

@@ -106,6 +106,7 @@ type Prompt struct {
 	posted    chan struct{} // closed when the POST /prompt answered (or failed)
 	ended     chan struct{} // closed when the outcome is decided
 	done      chan struct{} // closed after the outcome and every message were delivered
+	shrinks   uint64        // session.shrinks at register
 
 	mu             sync.Mutex
 	id             string
@@ -473,6 +474,7 @@ func (s *session) register(id string, onMessage func(Message), followed bool) (*
 		ended:     make(chan struct{}),
 		done:      make(chan struct{}),
 		heard:     time.Now(),
+		shrinks:   s.shrinks,
 	}
 	s.prompts[id] = p
 	delete(s.cancelled, id) // submitted again: the caller's own prompt
@@ -511,12 +513,19 @@ func (s *session) accept(p *Prompt, resp *PromptResponse) {
 		s.prompts[resp.PromptID] = p
 		s.replayPendingLocked(resp.PromptID, p)
 	}
-	if !ended && p.clientID != s.clientID {
+	switch {
+	case ended:
+	case p.clientID != s.clientID:
 		// Submitted on a connection that is gone: follow it by polling.
 		select {
 		case s.followReq <- struct{}{}:
 		default:
 		}
+	case p.shrinks != s.shrinks:
+		// The queue shrank while the POST was unanswered, and the check
+		// that asked for could not see p: someone may have deleted it
+		// from the queue already.
+		s.askQueueCheckLocked()
 	}
 }
 

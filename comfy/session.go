@@ -53,7 +53,13 @@ type session struct {
 	// execution_error, execution_interrupted) that no status message has
 	// shown yet: it sends them before the broadcast of the shrink they
 	// cause.
-	ends    int
+	ends int
+	// shrinks counts the shrinks that asked the health loop for a check
+	// (not explained by ends). A prompt remembers the count at register:
+	// when it differs once the prompt is accepted (POST /prompt answer,
+	// or Follow's lookups), a shrink may have removed the prompt while
+	// the check could not see it yet, and the check is asked again.
+	shrinks uint64
 	prompts map[string]*Prompt
 	pending []pendingMsg // messages for prompt ids not (yet) registered, oldest first
 	// cancelled holds the ids passed to CancelPrompt, with when: a message
@@ -261,10 +267,8 @@ func (s *session) route(m Message) {
 			// the shrink. The connect-time status (with sid) is not a change.
 			if shrink := s.queue - m.QueueRemaining; s.queueOK && m.SID == "" && shrink > 0 {
 				if shrink > s.ends {
-					select {
-					case s.queueReq <- struct{}{}:
-					default: // a check is already asked for
-					}
+					s.shrinks++
+					s.askQueueCheckLocked()
 				}
 				s.ends = max(s.ends-shrink, 0)
 			}
@@ -376,6 +380,15 @@ func (s *session) replayPendingLocked(id string, p *Prompt) {
 	}
 	clear(s.pending[len(kept):])
 	s.pending = kept
+}
+
+// askQueueCheckLocked asks the health loop, without blocking, to check
+// the prompts that have not started (the queue shrank). Caller holds s.mu.
+func (s *session) askQueueCheckLocked() {
+	select {
+	case s.queueReq <- struct{}{}:
+	default: // a check is already asked for
+	}
 }
 
 // wakeFollow asks the follow loop to look at the prompts now.

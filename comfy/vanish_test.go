@@ -237,3 +237,53 @@ func TestOwnPromptEndIsNoQueueChange(t *testing.T) {
 		})
 	}
 }
+
+// TestPendingPromptRemovedBeforeItsPostAnswer: another user deletes a
+// prompt of ours that the server has queued while the client still waits
+// for the POST /prompt answer (held by the server). The status broadcast
+// of the shrink arrives before the prompt is accepted, so the check it
+// asks for cannot see the prompt; the check is asked again when the answer
+// arrives, and the prompt ends with ErrPromptRemoved at once, not after
+// SilenceThreshold (30 s by default) of silence.
+func TestPendingPromptRemovedBeforeItsPostAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := inMemory(t, nil)
+		srv.HangPrompts(true)
+		c := runClient(t, srv, nil) // default thresholds: 30s
+		rec := newRecorder()
+		running, err := c.Submit(t.Context(), samplerWF(t, 78, 2), &comfy.RunOptions{OnMessage: rec.on})
+		require.NoError(t, err)
+		rec.waitFor(t, comfy.TypeExecuting)
+
+		const hold = 5 * time.Second
+		srv.DelayNextAnswers("/prompt", 1, hold)
+		id := "6f1c2a9e-0d4b-4c8e-9a57-3b2e1d0c9f8a"
+		var (
+			pending *comfy.Prompt
+			subErr  error
+			wg      sync.WaitGroup
+		)
+		wg.Go(func() { pending, subErr = c.Submit(t.Context(), samplerWF(t, 79, 2), &comfy.RunOptions{PromptID: id}) })
+		synctest.Wait() // queued on the server; its answer is held
+
+		other := runClient(t, srv, nil)
+		removed := time.Now()
+		require.NoError(t, other.DeleteQueued(t.Context(), id))
+		synctest.Wait() // the shrink was broadcast and seen; the answer is still held
+		require.Less(t, time.Since(removed), hold, "the POST answer is still held")
+		wg.Wait()
+		require.NoError(t, subErr, "the server accepted it before the deletion")
+
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		_, err = pending.Wait(ctx)
+		require.ErrorIs(t, err, comfy.ErrPromptRemoved)
+		assert.NotErrorIs(t, err, comfy.ErrPromptLost)
+		assert.LessOrEqual(t, time.Since(removed), hold+2*time.Second, "checked when the answer arrived")
+
+		assertNotDone(t, running)
+		require.NoError(t, running.Interrupt(t.Context()))
+		_, err = running.Wait(t.Context())
+		require.ErrorIs(t, err, comfy.ErrInterrupted)
+	})
+}
